@@ -1,0 +1,1 @@
+"""edge-export: real PyTorch speech models to ONNX, quantized by measurement, with parity manifests."""
