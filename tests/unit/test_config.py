@@ -1,0 +1,99 @@
+from pathlib import Path
+
+import pytest
+
+from edge_agent.config import Settings, load_settings, parse_override, to_dict
+from edge_agent.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_default_yaml_matches_built_in_defaults(monkeypatch):
+    for var in ("XDG_STATE_HOME", "XDG_CACHE_HOME", "EDGE_SPEECH_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    assert to_dict(load_settings(REPO / "configs" / "default.yaml")) == to_dict(Settings())
+
+
+def test_unknown_key_names_its_path(tmp_path):
+    with pytest.raises(ConfigError, match=r"^tts\.voise: unknown key"):
+        load_settings(write(tmp_path, "tts:\n  voise: x\n"))
+
+
+def test_unknown_section_names_its_path(tmp_path):
+    with pytest.raises(ConfigError, match=r"^ttss: unknown key"):
+        load_settings(write(tmp_path, "ttss: {}\n"))
+
+
+def test_wrong_type_names_its_path(tmp_path):
+    with pytest.raises(ConfigError, match=r"^tts\.threads: expected an integer, got a string"):
+        load_settings(write(tmp_path, "tts:\n  threads: two\n"))
+    with pytest.raises(ConfigError, match=r"^audio\.volume: expected a number"):
+        load_settings(write(tmp_path, "audio:\n  volume: true\n"))
+    with pytest.raises(ConfigError, match=r"^audio: expected a mapping, got a list"):
+        load_settings(write(tmp_path, "audio: [1]\n"))
+
+
+def test_value_checks_name_their_path(tmp_path):
+    with pytest.raises(ConfigError, match=r"^audio\.volume: 1.5 is outside 0\.\.1"):
+        load_settings(write(tmp_path, "audio:\n  volume: 1.5\n"))
+    with pytest.raises(ConfigError, match=r"^audio\.output: 'speaker' is not one of"):
+        load_settings(write(tmp_path, "audio:\n  output: speaker\n"))
+    with pytest.raises(ConfigError, match=r"^mqtt\.broker: 'http://x:1': scheme must be"):
+        load_settings(write(tmp_path, "mqtt:\n  broker: http://x:1\n"))
+
+
+def test_unknown_voice_is_reported_with_the_known_ones(tmp_path):
+    with pytest.raises(ConfigError, match=r"^tts\.voice: unknown voice 'x' \(known: .*en_US-joe-medium"):
+        load_settings(write(tmp_path, "tts:\n  voice: x\n"))
+
+
+def test_layers_defaults_then_file_then_overrides(tmp_path):
+    path = write(tmp_path, "tts:\n  threads: 3\n  sentence_silence_s: 0.5\n")
+    settings = load_settings(path, {"tts.threads": 1})
+    assert settings.tts.threads == 1
+    assert settings.tts.sentence_silence_s == 0.5
+    assert settings.tts.idle_unload_s == Settings().tts.idle_unload_s
+
+
+def test_config_file_comes_from_the_environment_when_not_given(tmp_path):
+    path = write(tmp_path, "device:\n  group: kitchen\n")
+    assert load_settings(env={"EDGE_AGENT_CONFIG": str(path)}).device.group == "kitchen"
+
+
+def test_override_values_are_parsed_as_yaml():
+    assert parse_override("tts.threads=4") == ("tts.threads", 4)
+    assert parse_override("audio.output_device=null") == ("audio.output_device", None)
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        parse_override("tts.threads")
+
+
+def test_override_into_a_scalar_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"^tts\.voice: is not a section"):
+        load_settings(None, {"tts.voice": "x", "tts.voice.x": 1})
+    with pytest.raises(ConfigError, match=r"^tts\.threads: expected an integer, got a mapping"):
+        load_settings(None, {"tts.threads.x": 1})
+
+
+def test_missing_config_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "absent.yaml")
+
+
+def test_empty_file_means_defaults(tmp_path):
+    assert to_dict(load_settings(write(tmp_path, ""))) == to_dict(Settings())
+
+
+def test_top_level_must_be_a_mapping(tmp_path):
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_settings(write(tmp_path, "- a\n- b\n"))
+
+
+def test_device_id_cannot_break_topics(tmp_path):
+    with pytest.raises(ConfigError, match=r"^device\.id: 'a/b' may not contain"):
+        load_settings(write(tmp_path, "device:\n  id: a/b\n"))
