@@ -1,0 +1,1 @@
+"""Text-to-speech: normalisation, sentence splitting, ONNX voices and the voice registry."""
