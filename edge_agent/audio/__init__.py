@@ -1,0 +1,1 @@
+"""Audio in and out: sources, sinks, WAV files, resampling."""

@@ -1,0 +1,202 @@
+"""Where speech goes: the sound card, a WAV file, or nowhere.
+
+`AudioOutput.open` picks the configured sink and, when the sound card cannot be
+opened (no PortAudio, no device), says so once and uses the configured fallback.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+import numpy as np
+
+from edge_agent.audio.resample import Float32, StreamResampler
+from edge_agent.audio.wav import WavWriter
+from edge_agent.config import AudioSettings
+from edge_agent.errors import AudioError
+
+log = logging.getLogger(__name__)
+
+
+class AudioUnavailable(AudioError):
+    """The sound card cannot be used (no PortAudio library, no device, device busy)."""
+
+
+class Sink(Protocol):
+    """An open audio output for one stream of mono float32 samples."""
+
+    sample_rate: int
+    frames: int
+
+    def write(self, samples: Float32) -> None: ...
+
+    def close(self) -> None:
+        """Finish: drain the device or move the file into place."""
+        ...
+
+    def abort(self) -> None:
+        """Stop now and discard what is not yet out."""
+        ...
+
+
+class SinkContext:
+    """`with` support for any sink: close on success, abort on error."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+
+    def __enter__(self) -> Sink:
+        return self.sink
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is None:
+            self.sink.close()
+        else:
+            self.sink.abort()
+
+
+class NullSink:
+    """Discards audio, counting frames."""
+
+    def __init__(self, sample_rate: int) -> None:
+        self.sample_rate = sample_rate
+        self.frames = 0
+
+    def write(self, samples: Float32) -> None:
+        self.frames += len(samples)
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+class WavSink:
+    """Writes a WAV file atomically (nothing appears at `path` unless the stream finishes)."""
+
+    def __init__(self, path: Path, sample_rate: int, volume: float = 1.0) -> None:
+        self.path = path
+        self.sample_rate = sample_rate
+        self._volume = np.float32(volume)
+        self._writer = WavWriter(path, sample_rate)
+        self.frames = 0
+
+    def write(self, samples: Float32) -> None:
+        self._writer.write(samples * self._volume if self._volume != 1.0 else samples)
+        self.frames += len(samples)
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def abort(self) -> None:
+        self._writer.abort()
+
+
+class SoundDeviceSink:
+    """Plays through PortAudio, resampling when the device refuses the voice's rate."""
+
+    def __init__(self, sample_rate: int, device: str | None = None, volume: float = 1.0) -> None:
+        sd = import_sounddevice()
+        self.sample_rate = sample_rate
+        self.frames = 0
+        self._volume = np.float32(volume)
+        dev: int | str | None = int(device) if device and device.isdigit() else device
+        try:
+            self._stream, self._resampler = self._open(sd, dev, sample_rate)
+        except sd.PortAudioError as exc:
+            raise AudioUnavailable(f"no usable sound output ({_pa_message(exc)})") from None
+        except ValueError as exc:  # unknown device name
+            raise AudioUnavailable(f"no usable sound output ({exc})") from None
+
+    @staticmethod
+    def _open(sd: Any, device: int | str | None, rate: int) -> tuple[Any, StreamResampler]:
+        try:
+            stream = sd.OutputStream(samplerate=rate, channels=1, dtype="float32", device=device)
+            resampler = StreamResampler(rate, rate)
+        except sd.PortAudioError as exc:
+            if "sample rate" not in str(exc).lower():
+                raise
+            # Cards that only run at 44.1/48 kHz: resample here rather than crackle there.
+            info = sd.query_devices(device, "output")
+            device_rate = int(info["default_samplerate"])
+            stream = sd.OutputStream(samplerate=device_rate, channels=1, dtype="float32",
+                                     device=device)
+            resampler = StreamResampler(rate, device_rate)
+            log.info("sound card runs at %d Hz; resampling from %d Hz", device_rate, rate)
+        stream.start()
+        return stream, resampler
+
+    def write(self, samples: Float32) -> None:
+        out = self._resampler.push(samples * self._volume)
+        if out.size:
+            self._stream.write(np.ascontiguousarray(out.reshape(-1, 1)))
+        self.frames += len(samples)
+
+    def close(self) -> None:
+        tail = self._resampler.push(np.zeros(0, dtype=np.float32), last=True)
+        if tail.size:
+            self._stream.write(np.ascontiguousarray(tail.reshape(-1, 1)))
+        self._stream.stop()
+        self._stream.close()
+
+    def abort(self) -> None:
+        self._stream.abort()
+        self._stream.close()
+
+
+def import_sounddevice() -> Any:
+    """Import sounddevice, turning a missing PortAudio into `AudioUnavailable`."""
+    try:
+        import sounddevice
+    except OSError as exc:
+        raise AudioUnavailable(
+            f"PortAudio is not installed ({exc}); install libportaudio2 for sound output"
+        ) from None
+    return sounddevice
+
+
+def _pa_message(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+class AudioOutput:
+    """Opens sinks as configured and remembers whether it already reported a fallback."""
+
+    def __init__(self, settings: AudioSettings) -> None:
+        self.settings = settings
+        self._reported = False
+
+    def open(self, sample_rate: int, name: str = "speech") -> Sink:
+        s = self.settings
+        if s.output == "null":
+            return NullSink(sample_rate)
+        if s.output == "wav":
+            return self._wav(sample_rate, name)
+        try:
+            return SoundDeviceSink(sample_rate, s.output_device, s.volume)
+        except AudioUnavailable as exc:
+            if s.fallback == "error":
+                raise
+            if not self._reported:
+                where = f"WAV files in {s.fallback_dir}" if s.fallback == "wav" else "no output"
+                log.warning("%s; falling back to %s", exc, where)
+                self._reported = True
+            if s.fallback == "wav":
+                return self._wav(sample_rate, name)
+            return NullSink(sample_rate)
+
+    def _wav(self, sample_rate: int, name: str) -> WavSink:
+        directory = self.settings.fallback_dir
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise AudioError(f"cannot create {directory}: {exc.strerror}") from None
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64]
+        return WavSink(directory / f"{stamp}-{safe}.wav", sample_rate, self.settings.volume)
