@@ -1,0 +1,65 @@
+"""`edge-agent`: argument parsing and error reporting; each verb lives in `edge_agent.commands`.
+
+Exit codes: 0 ok, 2 bad usage or bad input (one line on stderr), 1 internal failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from edge_agent import __version__
+from edge_agent.errors import EdgeError
+from edge_agent.logs import setup_logging
+
+COMMANDS = ("say", "doctor", "models", "bench")
+"""Verb modules under `edge_agent.commands`, each with `register(subparsers, common)`."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def common_options() -> argparse.ArgumentParser:
+    """Options every verb takes."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE", help="YAML config file (default: $EDGE_AGENT_CONFIG)")
+    common.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
+                        help="override one setting, e.g. --set tts.threads=1 (repeatable)")
+    common.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="edge-agent", description="Offline-first speech appliance.")
+    parser.add_argument("--version", action="version", version=f"edge-agent {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    common = common_options()
+    for name in COMMANDS:
+        importlib.import_module(f"edge_agent.commands.{name}").register(sub, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(verbosity=args.verbose)
+    log = logging.getLogger("edge_agent")
+    try:
+        code: int = args.handler(args)
+        return code
+    except EdgeError as exc:
+        print(f"edge-agent: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception:
+        log.exception("internal error")
+        return 1

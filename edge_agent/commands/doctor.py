@@ -1,0 +1,138 @@
+"""`edge-agent doctor`: one line per thing the agent depends on; exit 1 if a needed one fails."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from edge_agent.commands.context import Context
+from edge_agent.config import parse_uri
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of one check."""
+
+    name: str
+    ok: bool
+    needed: bool
+    detail: str
+
+    def line(self) -> str:
+        mark = "ok" if self.ok else ("FAIL" if self.needed else "warn")
+        return f"{mark:<4}  {self.name:<8} {self.detail}"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+             common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("doctor", parents=[common], help="check audio, models, broker and server")
+    p.add_argument("--timeout", type=float, default=2.0, help="seconds per network check")
+    p.set_defaults(handler=run)
+
+
+def check_audio(ctx: Context) -> Check:
+    audio = ctx.settings.audio
+    needed = audio.output == "sounddevice" and audio.fallback == "error"
+    if audio.output != "sounddevice":
+        return Check("audio", True, needed, f"output is {audio.output!r} (no sound card used)")
+    from edge_agent.audio.sinks import AudioUnavailable, import_sounddevice
+
+    try:
+        sd = import_sounddevice()
+        info = sd.query_devices(audio.output_device, "output")
+    except AudioUnavailable as exc:
+        return Check("audio", False, needed, f"{exc}; fallback: {audio.fallback}")
+    except Exception as exc:  # PortAudioError / ValueError: no such device
+        return Check("audio", False, needed, f"no output device ({exc}); fallback: {audio.fallback}")
+    return Check("audio", True, needed,
+                 f"{info['name']} ({int(info['default_samplerate'])} Hz) via PortAudio")
+
+
+def check_models(ctx: Context) -> list[Check]:
+    store = ctx.store
+    voice = ctx.settings.tts.voice
+    checks = []
+    for entry in store.catalog:
+        needed = entry.id == voice
+        problems = store.verify(entry.id) if store.locate(entry.id) or needed else None
+        if problems is None:
+            checks.append(Check("model", True, False, f"{entry.id}: not fetched (optional)"))
+        elif problems:
+            checks.append(Check("model", False, needed, f"{entry.id}: {problems[0]}"))
+        else:
+            checks.append(Check("model", True, needed, f"{entry.id}: present, sha256 verified"))
+    return checks
+
+
+def check_broker(ctx: Context, timeout: float) -> Check:
+    broker = ctx.settings.mqtt.broker
+    if not broker:
+        return Check("broker", True, False, "MQTT disabled (mqtt.broker is empty)")
+    ep = parse_uri(broker, ("mqtt", "mqtts"))
+    ok, detail = _mqtt_connect(ep.host, ep.port, ep.scheme == "mqtts", timeout)
+    return Check("broker", ok, True, f"{broker}: {detail}")
+
+
+def _mqtt_connect(host: str, port: int, tls: bool, timeout: float) -> tuple[bool, str]:
+    """A real MQTT CONNECT/CONNACK, not just an open port."""
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    done = threading.Event()
+    result: list[str] = []
+
+    def on_connect(client: mqtt.Client, userdata: object, flags: object, reason: object,
+                   props: object = None) -> None:
+        result.append(str(reason))
+        done.set()
+
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+    client.on_connect = on_connect
+    if tls:
+        client.tls_set()
+    try:
+        client.connect(host, port, keepalive=10)
+    except OSError as exc:
+        return False, f"unreachable ({exc.strerror or exc})"
+    client.loop_start()
+    try:
+        if not done.wait(timeout):
+            return False, f"no CONNACK within {timeout:g} s"
+    finally:
+        client.disconnect()
+        client.loop_stop()
+    return result[0] == "Success", f"MQTT CONNACK: {result[0]}"
+
+
+def check_server(ctx: Context, timeout: float) -> Check:
+    offload = ctx.settings.offload
+    if not offload.server:
+        return Check("server", True, False, "no offload server configured (local synthesis only)")
+    ep = parse_uri(offload.server, ("tcp", "tls"))
+    needed = offload.policy == "remote"
+    try:
+        with socket.create_connection((ep.host, ep.port), timeout=timeout):
+            pass
+    except OSError as exc:
+        return Check("server", False, needed, f"{offload.server}: unreachable ({exc.strerror or exc})")
+    return Check("server", True, needed, f"{offload.server}: accepting connections")
+
+
+def run(args: argparse.Namespace) -> int:
+    ctx = Context(args)
+    probes: list[Callable[[], Check | list[Check]]] = [
+        lambda: check_audio(ctx),
+        lambda: check_models(ctx),
+        lambda: check_broker(ctx, args.timeout),
+        lambda: check_server(ctx, args.timeout),
+    ]
+    failed = False
+    for probe in probes:
+        result = probe()
+        for check in result if isinstance(result, list) else [result]:
+            print(check.line(), flush=True)
+            failed |= check.needed and not check.ok
+    return 1 if failed else 0
