@@ -24,6 +24,8 @@ class AudioChunk:
     """Index of the sentence this chunk belongs to."""
     last: bool
     """True on the final chunk of its sentence."""
+    engine: str = "local"
+    """Which engine made it: `local` or `remote`."""
 
 
 class Voice(Protocol):
@@ -42,6 +44,14 @@ class Voice(Protocol):
 
     def close(self) -> None:
         """Release the model."""
+        ...
+
+
+class Synthesizer(Protocol):
+    """Text in, a stream of chunks out, whichever engine does the work."""
+
+    def stream(self, text: str, voice: str | None = None) -> Iterator[AudioChunk]:
+        """Chunks of `text` spoken by `voice` (None: the configured default)."""
         ...
 
 

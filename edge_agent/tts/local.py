@@ -1,0 +1,24 @@
+"""The local synthesizer: voices from the registry, in this process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from edge_agent.config import TtsSettings
+from edge_agent.tts.registry import VoiceRegistry
+from edge_agent.tts.voice import AudioChunk, synthesize
+
+
+class LocalSynthesizer:
+    """`Synthesizer` backed by a `VoiceRegistry`."""
+
+    def __init__(self, voices: VoiceRegistry, settings: TtsSettings) -> None:
+        self.voices = voices
+        self.settings = settings
+
+    def sample_rate(self, voice: str | None = None) -> int:
+        return self.voices.get(voice or self.settings.voice).sample_rate
+
+    def stream(self, text: str, voice: str | None = None) -> Iterator[AudioChunk]:
+        loaded = self.voices.get(voice or self.settings.voice)
+        return synthesize(loaded, text, self.settings.sentence_silence_s)
