@@ -100,6 +100,8 @@ def _time(m: re.Match[str]) -> str:
         return m[0]
     if suffix:
         ampm = "a m" if suffix.startswith("a") else "p m"
+        if suffix.endswith(".") and _ends_sentence(m):
+            ampm += "."  # "at 7 p.m. Then ..." keeps its sentence boundary
         if minute == 0:
             return f"{cardinal(hour)} {ampm}"
         return f"{cardinal(hour)} {_minutes(minute)} {ampm}"
@@ -108,6 +110,11 @@ def _time(m: re.Match[str]) -> str:
             f"{cardinal(hour)} o'clock"
         )
     return f"{cardinal(hour)} {_minutes(minute)}"
+
+
+def _ends_sentence(m: re.Match[str]) -> bool:
+    rest = m.string[m.end():]
+    return not rest.strip() or (rest[:1].isspace() and rest.lstrip()[:1].isupper())
 
 
 def _minutes(minute: int) -> str:
@@ -187,6 +194,7 @@ def _year_after_word(m: re.Match[str]) -> str:
     return f"{m['w']} {year(int(m['y']))}"
 
 
+_AMPM = r"(?P<ampm>[ap]m\b|[ap]\.m\.)"
 _UNIT_ALT = "|".join(sorted((re.escape(u) for u in _UNITS), key=len, reverse=True))
 _ABBR_ALT = "|".join(re.escape(a) for a in sorted(_ABBREVIATIONS, key=len, reverse=True))
 _MON_ALT = r"Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|Jun(?:e)?|Jul(?:y)?|" \
@@ -198,9 +206,8 @@ _RULES: list[Rule] = [
                 r"(?:,? (?P<y>\d{4})\b)?"), _month_day),
     (re.compile(rf"\b(?P<d>\d{{1,2}})(?:st|nd|rd|th)? (?:of )?(?P<mon>{_MON_ALT})\b\.?"
                 r"(?: (?P<y>\d{4})\b)?"), _day_month),
-    (re.compile(r"\b(?P<h>\d{1,2}):(?P<m>\d{2})(?::\d{2})?(?:\s*(?P<ampm>[ap]\.?m\.?)(?=\W|$))?", re.I),
-     _time),
-    (re.compile(r"\b(?P<h>\d{1,2})(?P<m>)\s*(?P<ampm>[ap]\.?m\.?)(?=\W|$)", re.I), _time),
+    (re.compile(rf"\b(?P<h>\d{{1,2}}):(?P<m>\d{{2}})(?::\d{{2}})?(?:\s*{_AMPM})?", re.I), _time),
+    (re.compile(rf"\b(?P<h>\d{{1,2}})(?P<m>)\s*{_AMPM}", re.I), _time),
     (re.compile(rf"(?P<cur>[$€£])(?P<whole>{_NUM})(?:\.(?P<cents>\d{{1,2}}))?"
                 r"(?:\s?(?P<scale>million|billion|thousand)\b)?", re.I), _money),
     (re.compile(r"(?P<n>-?\d+(?:\.\d+)?)\s?°\s?(?P<unit>[CF])?(?![A-Za-z])"), _temperature),

@@ -1,0 +1,45 @@
+import socket
+
+from tests.conftest import run_cli
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_models_list_shows_every_catalog_model_and_the_installed_voice():
+    result = run_cli("models", "list")
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[1:]}
+    assert "present" in rows["en_US-joe-medium"]
+    assert {"kokoro-82m", "whisper-tiny.en", "whisper-base", "silero-vad"} <= set(rows)
+
+
+def test_models_verify_rehashes_the_voice():
+    result = run_cli("models", "verify", "en_US-joe-medium")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "en_US-joe-medium: ok"
+
+
+def test_models_fetch_unknown_id_is_exit_2():
+    result = run_cli("models", "fetch", "nope")
+    assert result.returncode == 2
+    assert "unknown model 'nope'" in result.stderr
+
+
+def test_doctor_fails_when_the_configured_broker_is_unreachable():
+    result = run_cli("doctor", "--timeout", "1", "--set", f"mqtt.broker=mqtt://127.0.0.1:{free_port()}")
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("FAIL  broker") and "unreachable" in line for line in lines)
+    assert any(line.startswith("ok    model    en_US-joe-medium: present, sha256 verified") for line in lines)
+    assert any(line.split()[1] == "audio" for line in lines)
+    assert any(line.split()[1] == "server" for line in lines)
+
+
+def test_doctor_passes_without_broker_or_server_configured():
+    result = run_cli("doctor", "--set", "mqtt.broker=''")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "MQTT disabled" in result.stdout

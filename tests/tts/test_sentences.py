@@ -1,0 +1,34 @@
+from edge_agent.tts.sentences import split_sentences
+
+
+def test_splits_on_terminal_punctuation_before_a_capital():
+    assert split_sentences("Dinner is ready. Come down! Are you there?") == [
+        "Dinner is ready.", "Come down!", "Are you there?"]
+
+
+def test_closing_quotes_stay_with_their_sentence():
+    assert split_sentences('He said "stop." Then he left.') == ['He said "stop."', "Then he left."]
+
+
+def test_lowercase_after_a_period_does_not_split():
+    assert split_sentences("Version 2.5 is out. e.g. this stays") == [
+        "Version 2.5 is out. e.g. this stays"]
+
+
+def test_blank_lines_split_and_single_newlines_join():
+    assert split_sentences("First part\ncontinues\n\nSecond part") == [
+        "First part continues", "Second part"]
+
+
+def test_overlong_sentences_are_cut_at_clauses_then_words():
+    long = ", ".join(["the quick brown fox jumps"] * 40) + "."
+    pieces = split_sentences(long, max_chars=120)
+    assert all(len(p) <= 120 for p in pieces)
+    assert " ".join(pieces).replace(" ", "") == long.replace(" ", "")
+    words = split_sentences("word " * 100, max_chars=50)
+    assert all(len(p) <= 50 for p in words) and sum(len(p.split()) for p in words) == 100
+
+
+def test_empty_and_whitespace_give_nothing():
+    assert split_sentences("") == []
+    assert split_sentences("  \n\n  ") == []
