@@ -1,0 +1,71 @@
+import wave
+
+import numpy as np
+import pytest
+
+from edge_agent.audio.wav import WavWriter, read_wav
+from edge_agent.errors import AudioError
+
+
+def write_pcm(path, data: bytes, rate=16000, channels=1, width=2):
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(width)
+        w.setframerate(rate)
+        w.writeframes(data)
+
+
+def test_writer_round_trips_and_renames_into_place(tmp_path):
+    path = tmp_path / "out.wav"
+    tone = (0.5 * np.sin(np.arange(8000) / 10)).astype(np.float32)
+    writer = WavWriter(path, 16000)
+    writer.write(tone)
+    assert not path.exists(), "nothing at the target until close"
+    writer.close()
+    audio = read_wav(path)
+    assert audio.sample_rate == 16000 and audio.channels == 1
+    np.testing.assert_allclose(audio.samples, tone, atol=1 / 16000)
+
+
+def test_aborted_writer_leaves_nothing(tmp_path):
+    writer = WavWriter(tmp_path / "out.wav", 16000)
+    writer.write(np.zeros(100, dtype=np.float32))
+    writer.abort()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stereo_is_mixed_to_mono(tmp_path):
+    left = np.full(100, 16384, dtype="<i2")
+    right = np.zeros(100, dtype="<i2")
+    write_pcm(tmp_path / "s.wav", np.stack([left, right], axis=1).tobytes(), channels=2)
+    audio = read_wav(tmp_path / "s.wav")
+    assert audio.channels == 2
+    np.testing.assert_allclose(audio.samples, 0.25)
+
+
+def test_24_bit_is_decoded(tmp_path):
+    value = -(1 << 22)  # -0.5 full scale
+    raw = (value & 0xFFFFFF).to_bytes(3, "little") * 10
+    write_pcm(tmp_path / "p.wav", raw, width=3)
+    np.testing.assert_allclose(read_wav(tmp_path / "p.wav").samples, -0.5)
+
+
+def test_truncated_wav_is_a_clear_error(tmp_path):
+    path = tmp_path / "t.wav"
+    write_pcm(path, b"\x01\x00" * 16000)
+    path.write_bytes(path.read_bytes()[:-1000])
+    with pytest.raises(AudioError, match="truncated"):
+        read_wav(path)
+
+
+@pytest.mark.parametrize("content", [b"", b"not a wav at all", b"RIFF\x00\x00"])
+def test_non_wav_is_a_clear_error(tmp_path, content):
+    path = tmp_path / "x.wav"
+    path.write_bytes(content)
+    with pytest.raises(AudioError, match="not a PCM WAV file"):
+        read_wav(path)
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(AudioError, match="no such file"):
+        read_wav(tmp_path / "absent.wav")
