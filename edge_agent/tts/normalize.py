@@ -128,25 +128,16 @@ def _iso_date(m: re.Match[str]) -> str:
     return f"{_MONTHS[mo - 1]} {ordinal(d)}, {year(y)}"
 
 
-def _month_day(m: re.Match[str]) -> str:
+def _named_date(m: re.Match[str]) -> str:
+    """'Dec 2nd, 2026' -> 'December second, ...'; '2 Dec 2026' -> 'the second of December ...'."""
     month = _MONTH_ABBR[m["mon"][:3].lower()]
     day = int(m["d"])
     if not 1 <= day <= 31:
         return m[0]
-    spoken = f"{month} {ordinal(day)}"
+    day_first = m.start("d") < m.start("mon")
+    spoken = f"the {ordinal(day)} of {month}" if day_first else f"{month} {ordinal(day)}"
     if m["y"]:
-        spoken += f", {year(int(m['y']))}"
-    return spoken
-
-
-def _day_month(m: re.Match[str]) -> str:
-    month = _MONTH_ABBR[m["mon"][:3].lower()]
-    day = int(m["d"])
-    if not 1 <= day <= 31:
-        return m[0]
-    spoken = f"the {ordinal(day)} of {month}"
-    if m["y"]:
-        spoken += f" {year(int(m['y']))}"
+        spoken += f"{'' if day_first else ','} {year(int(m['y']))}"
     return spoken
 
 
@@ -203,9 +194,9 @@ _MON_ALT = r"Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|Jun(?:e)?|Jul(
 _RULES: list[Rule] = [
     (re.compile(r"\b(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})\b"), _iso_date),
     (re.compile(rf"\b(?P<mon>{_MON_ALT})\.? (?P<d>\d{{1,2}})(?:st|nd|rd|th)?\b"
-                r"(?:,? (?P<y>\d{4})\b)?"), _month_day),
+                r"(?:,? (?P<y>\d{4})\b)?"), _named_date),
     (re.compile(rf"\b(?P<d>\d{{1,2}})(?:st|nd|rd|th)? (?:of )?(?P<mon>{_MON_ALT})\b\.?"
-                r"(?: (?P<y>\d{4})\b)?"), _day_month),
+                r"(?: (?P<y>\d{4})\b)?"), _named_date),
     (re.compile(rf"\b(?P<h>\d{{1,2}}):(?P<m>\d{{2}})(?::\d{{2}})?(?:\s*{_AMPM})?", re.I), _time),
     (re.compile(rf"\b(?P<h>\d{{1,2}})(?P<m>)\s*{_AMPM}", re.I), _time),
     (re.compile(rf"(?P<cur>[$€£])(?P<whole>{_NUM})(?:\.(?P<cents>\d{{1,2}}))?"
