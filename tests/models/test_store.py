@@ -161,3 +161,20 @@ def test_catalog_rejects_bad_entries():
                              "files": [{"name": "../a", "parts": ["a"], "size": 1, "sha256": "a" * 64}]}]}
     with pytest.raises(ConfigError, match="must be a plain file name"):
         parse_catalog(traversal, "test")
+
+
+def test_concurrent_fetches_download_once(tmp_path, local_index):
+    import threading
+
+    idx = local_index
+    catalog = load_catalog(catalog_file(tmp_path, idx["sha"], len(idx["joined"]), idx["config_sha"]))
+    store = ModelStore(tmp_path / "cache", catalog)
+    logs: list[list[str]] = [[], []]
+    threads = [threading.Thread(target=store.fetch, args=("test-split", logs[i].append)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    downloads = [line for log in logs for line in log if line.startswith("downloading edge-test-model-a")]
+    assert len(downloads) == 1
+    assert store.verify("test-split") == []
