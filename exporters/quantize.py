@@ -8,6 +8,8 @@
   alone, so their float32 outputs meet float16 consumers and onnxruntime refuses the model
   ("Type (tensor(float16)) of output arg ... does not match"); we retarget every such Cast
   that does not feed a graph output to FLOAT16.
+- `int8-all`: dynamic int8 on every op onnxruntime can quantize (convolutions included):
+  the "blanket" setting, kept only to measure what it costs.
 - `int8-static`: QDQ, per-channel int8 weights and calibrated int8 activations on the same
   MatMul/Gemm nodes. It needs calibration inputs and can break small models: measure it.
 """
@@ -28,8 +30,8 @@ from edge_agent.errors import ModelError, UsageError
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["int8-matmul", "fp16", "int8-static"]
-MODES: tuple[Mode, ...] = ("int8-matmul", "fp16", "int8-static")
+Mode = Literal["int8-matmul", "fp16", "int8-static", "int8-all"]
+MODES: tuple[Mode, ...] = ("int8-matmul", "fp16", "int8-static", "int8-all")
 Feed = dict[str, np.ndarray]
 
 
@@ -106,33 +108,94 @@ def quantize_int8_matmul(src: Path, dst: Path) -> None:
                      per_channel=False)
 
 
+def quantize_int8_all(src: Path, dst: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(load_onnx(src), dst, weight_type=QuantType.QInt8)
+
+
 def quantize_fp16(src: Path, dst: Path) -> None:
     from onnxconverter_common import float16
 
     model = load_onnx(src)
     for i, node in enumerate(model.graph.node):
         node.name = node.name or f"{node.op_type}_{i}"
-    own_casts = {n.name for n in model.graph.node if n.op_type == "Cast"}
+    own_casts = {n.name for n in model.graph.node if n.op_type in _TYPED_OPS}
     converted = float16.convert_float_to_float16(model, keep_io_types=True)
     retarget_float_casts(converted, own_casts)
+    harmonize_float_inputs(converted)
     onnx.save(converted, str(dst))
 
 
-def retarget_float_casts(model: onnx.ModelProto, own: set[str]) -> int:
-    """Point the model's own Cast(to=FLOAT) nodes (names in `own`) at FLOAT16.
+_SAME_TYPE_OPS = {"Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "LessOrEqual",
+                  "GreaterOrEqual", "Max", "Min", "Sum", "Mean", "Concat", "MatMul"}
+"""Ops whose float inputs must all share one type."""
+_SAME_TYPE_SLOTS = {"Where": (1, 2), "Pad": (0, 2), "Clip": (0, 1, 2), "Range": (0, 1, 2)}
+"""Ops where only some inputs share the float type."""
 
-    Casts the converter inserted (around graph I/O and blocked ops) are left alone, and so
-    is any Cast touching a graph input or output.
+
+def harmonize_float_inputs(model: onnx.ModelProto) -> int:
+    """Cast float32 inputs to float16 where an op would otherwise mix the two.
+
+    The converter leaves some float32 constants in place (e.g. a VITS attention mask's
+    comparison value), which onnxruntime then rejects ("Type parameter (T) ... bound to
+    different types"). Returns the number of casts inserted.
+    """
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types: dict[str, int] = {}
+    for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output):
+        types[v.name] = v.type.tensor_type.elem_type
+    for init in model.graph.initializer:
+        types[init.name] = init.data_type
+    for node in inferred.graph.node:
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value":
+                    types[node.output[0]] = attr.t.data_type
+    inserted = 0
+    nodes = list(model.graph.node)
+    for node in nodes:
+        if node.op_type in _SAME_TYPE_OPS:
+            slots = list(range(len(node.input)))
+        elif node.op_type in _SAME_TYPE_SLOTS:
+            slots = [i for i in _SAME_TYPE_SLOTS[node.op_type] if i < len(node.input)]
+        else:
+            continue
+        kinds = {types.get(node.input[i]) for i in slots if node.input[i]}
+        if not {TensorProto.FLOAT, TensorProto.FLOAT16} <= kinds:
+            continue
+        for i in slots:
+            if types.get(node.input[i]) == TensorProto.FLOAT:
+                cast_out = f"{node.input[i]}_as_fp16_{inserted}"
+                cast = onnx.helper.make_node("Cast", [node.input[i]], [cast_out], to=TensorProto.FLOAT16,
+                                             name=f"harmonize_cast_{inserted}")
+                model.graph.node.insert(list(model.graph.node).index(node), cast)
+                node.input[i] = cast_out
+                inserted += 1
+    return inserted
+
+
+_TYPED_OPS = {"Cast": "to", "RandomNormalLike": "dtype", "RandomUniformLike": "dtype",
+              "RandomNormal": "dtype", "RandomUniform": "dtype", "EyeLike": "dtype"}
+"""Ops whose output type is an attribute the converter does not rewrite."""
+
+
+def retarget_float_casts(model: onnx.ModelProto, own: set[str]) -> int:
+    """Point the model's own Cast(to=FLOAT) (and random ops' dtype=FLOAT) at FLOAT16.
+
+    Only nodes named in `own` (present before conversion) change: casts the converter
+    inserted around graph I/O and blocked ops are left alone, and so is any node touching a
+    graph input or output.
     """
     io = {o.name for o in model.graph.output} | {i.name for i in model.graph.input}
     changed = 0
     for node in model.graph.node:
-        if node.op_type != "Cast" or node.name not in own:
+        if node.op_type not in _TYPED_OPS or node.name not in own:
             continue
         if any(t in io for t in (*node.input, *node.output)):
             continue
         for attr in node.attribute:
-            if attr.name == "to" and attr.i == TensorProto.FLOAT:
+            if attr.name == _TYPED_OPS[node.op_type] and attr.i == TensorProto.FLOAT:
                 attr.i = TensorProto.FLOAT16
                 changed += 1
     return changed
@@ -184,6 +247,8 @@ def quantize(src: Path, dst: Path, mode: Mode, calibration: list[Feed] | None = 
             quantize_fp16(src, tmp)
         elif mode == "int8-static":
             quantize_int8_static(src, tmp, calibration or [])
+        elif mode == "int8-all":
+            quantize_int8_all(src, tmp)
         else:
             raise UsageError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
         tmp.replace(dst)

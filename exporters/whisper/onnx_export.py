@@ -137,6 +137,23 @@ def export_encoder(model: Whisper, path: Path) -> None:
                           "cross_v": {2: "n_audio_frames"}},
             do_constant_folding=True,
         )
+    # The tracer names the stacked batch axis after a Concat; it is always 1.
+    model_proto = onnx.load(str(path))
+    shape = [model.dims.n_text_layer, 1, "n_audio_frames", model.dims.n_text_state]
+    for output in model_proto.graph.output:
+        set_shape(output, shape)
+    onnx.save(model_proto, str(path))
+
+
+def set_shape(value: onnx.ValueInfoProto, shape: list[int | str]) -> None:
+    dims = value.type.tensor_type.shape.dim
+    del dims[:]
+    for d in shape:
+        dim = dims.add()
+        if isinstance(d, int):
+            dim.dim_value = d
+        else:
+            dim.dim_param = d
 
 
 def export_decoder(model: Whisper, path: Path) -> None:

@@ -51,6 +51,8 @@ class OnnxWhisper:
         self.decoder = make_session(decoder, threads)
         self.load_s = time.perf_counter() - started
         self.config = config
+        self.record: list[dict[str, Float32]] | None = None
+        """When a list, every decoder feed is appended to it (calibration data)."""
 
     def encode(self, mel: Float32) -> tuple[Float32, Float32]:
         """Cross-attention K and V for mel [n_mels, n_frames]."""
@@ -64,12 +66,15 @@ class OnnxWhisper:
 
     def _step(self, tokens: list[int], cache: tuple[Float32, Float32], cross: tuple[Float32, Float32],
               ) -> tuple[Float32, tuple[Float32, Float32]]:
-        logits, k, v = self.decoder.run(None, {
+        feed = {
             "tokens": np.array([tokens], dtype=np.int64),
             "self_k_in": cache[0], "self_v_in": cache[1],
             "cross_k": cross[0], "cross_v": cross[1],
             "offset": np.array(cache[0].shape[2], dtype=np.int64),
-        })
+        }
+        if self.record is not None:
+            self.record.append(feed)
+        logits, k, v = self.decoder.run(None, feed)
         return logits[0], (k, v)
 
     def decode(self, mel: Float32) -> list[int]:
