@@ -134,7 +134,8 @@ def test_int8_matmul_quantizes_the_linear_layer_and_leaves_the_conv_float(capsys
 
 def test_quantized_model_verifies_until_it_is_altered(capsys, tmp_path, conv_model):
     out = tmp_path / "out" / "net.fp16.onnx"
-    assert main(["quantize", str(conv_model), "--mode", "fp16", "--out", str(out), "-q", "--repeats", "1"]) == 0
+    argv = ["quantize", str(conv_model), "--mode", "fp16", "--out", str(out), "-q", "--repeats", "1"]
+    assert main(argv) == 0
     assert main(["verify", str(out.parent), "-q"]) == 0
     capsys.readouterr()
     model = onnx.load(str(out))

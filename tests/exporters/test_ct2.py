@@ -33,7 +33,8 @@ def write_ct2(path: Path, variables: dict[str, np.ndarray], aliases: dict[str, s
 
 def test_reads_arrays_dtypes_and_aliases(tmp_path: Path):
     w = np.arange(6, dtype=np.float16).reshape(2, 3)
-    write_ct2(tmp_path / "model.bin", {"a/weight": w, "a/heads": np.array(6, dtype=np.int16)}, {"b": "a/weight"})
+    heads = np.array(6, dtype=np.int16)
+    write_ct2(tmp_path / "model.bin", {"a/weight": w, "a/heads": heads}, {"b": "a/weight"})
     model = read_ct2(tmp_path / "model.bin")
     assert model.spec == "WhisperSpec"
     np.testing.assert_array_equal(model.get("a/weight"), w)

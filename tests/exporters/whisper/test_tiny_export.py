@@ -70,7 +70,7 @@ def test_decoder_with_empty_cache_then_one_token_equals_one_call(tiny):
     cross = runner.encode(_mel(200))
     empty = np.zeros((2, 1, 0, 32), dtype=np.float32)
     whole, cache = runner._step([50257, 50362, 11], (empty, empty), cross)
-    first, part = runner._step([50257, 50362], (empty, empty), cross)
+    _, part = runner._step([50257, 50362], (empty, empty), cross)
     last, grown = runner._step([11], part, cross)
     assert grown[0].shape == (2, 1, 3, 32)
     np.testing.assert_allclose(last[0], whole[2], atol=1e-5)
@@ -115,8 +115,8 @@ def test_whole_pipeline_writes_a_manifest_that_verifies(tmp_path, tiny_whisper):
     checkpoint = tmp_path / "tiny.pt"
     ref_mod.save_checkpoint(model, checkpoint)
     rng = np.random.default_rng(0)
-    clips = [Clip(f"noise{i}", "no words here", "test", (0.05 * rng.normal(size=16000 * (i + 1))).astype(np.float32))
-             for i in range(2)]
+    clips = [Clip(f"noise{i}", "no words here", "test",
+                  (0.05 * rng.normal(size=16000 * (i + 1))).astype(np.float32)) for i in range(2)]
     source = Source("pt", str(checkpoint), checkpoint, "0" * 64)
     out = tmp_path / "export"
     options = ExportOptions(variants=("fp32", "int8", "fp16"), max_source_wer=None, max_tokens=6,
