@@ -84,6 +84,8 @@ def _progress(args: argparse.Namespace) -> Progress:
 
 def run_whisper(args: argparse.Namespace) -> int:
     from exporters.clips import clip_set
+    from exporters.manifest import read_manifest
+    from exporters.report import variant_table
     from exporters.whisper.pipeline import (
         ExportOptions,
         export_whisper,
@@ -101,9 +103,11 @@ def run_whisper(args: argparse.Namespace) -> int:
     options = ExportOptions(variants=variants, threads=args.threads, max_tokens=args.max_tokens)
     if not args.force and up_to_date(out, source, options):
         progress(f"{out}: up to date (same source sha256 and variants); --force re-exports")
+        manifest = read_manifest(out)
     else:
         clips = clip_set(store.cache_dir, store, progress)
-        export_whisper(source, out, clips, options, progress)
+        manifest = export_whisper(source, out, clips, options, progress)
+    print(variant_table(manifest))
     print(out)
     return 0
 

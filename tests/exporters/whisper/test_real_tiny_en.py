@@ -121,3 +121,12 @@ def test_verify_names_an_altered_file(tiny_en_export: Path, tmp_path: Path):
     target.write_bytes(bytes(data))
     problems = verify_dir(copy, 2, Progress(quiet=True))
     assert problems == [f"{target}: sha256 differs from the manifest (altered)"]
+
+
+def test_variant_table_lists_every_variant_and_marks_the_default(manifest: dict):
+    from exporters.report import variant_table
+
+    table = variant_table(manifest)
+    assert f"| {manifest['default_variant']} (default) |" in table
+    assert all(f"| {name}" in table for name in manifest["variants"])
+    assert "| PyTorch (reference) |" in table
