@@ -12,7 +12,6 @@ concurrent single-sentence runs on one shared onnxruntime session.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import threading
@@ -26,6 +25,7 @@ import numpy as np
 from edge_agent.audio.resample import resample
 from edge_agent.offload.codecs import Chunk, SentenceEncoder
 from edge_agent.offload.metrics import ServerMetrics
+from edge_agent.offload.transport import cancel_and_wait
 from edge_agent.tts.voice import Samples, Voice
 
 log = logging.getLogger(__name__)
@@ -167,10 +167,7 @@ class Scheduler:
 
     async def stop(self, timeout: float = 10.0) -> None:
         for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         # Jobs already in a thread finish (onnxruntime cannot be interrupted); nothing new starts.
         waiting = asyncio.get_running_loop().run_in_executor(
             None, lambda: self._pool.shutdown(wait=True, cancel_futures=True))

@@ -170,6 +170,10 @@ class SynthServer:
             await asyncio.wait_for(self._idle.wait(), self.settings.shutdown_grace_s)
         for session in list(self._sessions):
             await session.terminate()
+        for _ in range(200):  # connection handlers unwind after their sockets close
+            if not self._sessions:
+                break
+            await asyncio.sleep(0.01)
         await self.scheduler.stop()
         log.info("metrics %s", json.dumps(self.metrics.snapshot()))
 
@@ -308,6 +312,8 @@ class _Session:
         header = Format(req.stream, rate, req.codec, encoder.frame_samples, encoder.pre_skip,
                         len(req.sentences))
         stream.task = loop.create_task(self._stream(stream, header))
+        # A done callback, not `finally`: it also runs for a task cancelled before its first step.
+        stream.task.add_done_callback(lambda _task: self._closed(stream))
         log.info("%s stream %d: %d sentences, voice %s, %s at %d Hz", self.conn.peer, req.stream,
                  len(req.sentences), voice_id, req.codec.name, rate)
         return None
@@ -349,11 +355,14 @@ class _Session:
             outcome = "disconnected"
         finally:
             ticket.cancel()
-            self.streams.pop(sid, None)
-            self.server.stream_closed()
             self.server.metrics.count(f"streams_{outcome}")
             log.info("%s stream %d: %s (%.2f s audio, %.2f s synthesis)", self.conn.peer, sid, outcome,
                      samples / header.sample_rate, synth_s)
+
+    def _closed(self, stream: _Stream) -> None:
+        stream.ticket.cancel()
+        if self.streams.pop(stream.id, None) is not None:
+            self.server.stream_closed()
 
     def _cancel_all(self) -> None:
         for stream in list(self.streams.values()):

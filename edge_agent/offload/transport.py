@@ -134,9 +134,7 @@ class FramedConnection:
         if self._closed:
             return
         self._closed = True
-        self._writer_task.cancel()
-        with contextlib.suppress(BaseException):
-            await self._writer_task
+        await cancel_and_wait(self._writer_task)
         if error is not None and not self._writer.is_closing():
             frame = error if isinstance(error, Error) else Error(0, int(error.code), str(error))
             with contextlib.suppress(Exception):
@@ -150,6 +148,22 @@ class FramedConnection:
         self._closed = True
         if not self._writer.is_closing():
             self._writer.close()
+
+
+async def cancel_and_wait(task: asyncio.Future[object] | asyncio.Task[None], timeout: float = 2.0) -> None:
+    """Cancel `task` and wait for it to end.
+
+    Cancels repeatedly: on Python < 3.12 `asyncio.wait_for` can swallow a
+    cancellation that lands just as its inner future completes, leaving the task
+    running.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not task.done() and loop.time() < deadline:
+        task.cancel()
+        await asyncio.wait([task], timeout=0.05)
+    if task.done() and not task.cancelled():
+        task.exception()  # retrieved: a failure here is not news at close time
 
 
 def _peer_name(writer: asyncio.StreamWriter) -> str:
