@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from edge_agent.audio.playback import play
 from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
+from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
-from edge_agent.tts.voice import synthesize
+from edge_agent.tts.voice import AudioChunk, Synthesizer, synthesize
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +27,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     p.add_argument("text", metavar="TEXT")
     p.add_argument("--voice", metavar="ID", help="voice id (default: tts.voice)")
     p.add_argument("--out", metavar="FILE.wav", type=Path, help="write a WAV file instead of playing")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--local", action="store_true", help="synthesize on this device only")
+    where.add_argument("--remote", metavar="URI",
+                       help="offload to an `edge-agent serve` at tcp://HOST:PORT (or tls://); the key "
+                            "comes from offload.psk_file or $EDGE_OFFLOAD_PSK; with policy auto a "
+                            "failing server falls back to the local voice")
     p.set_defaults(handler=run)
 
 
@@ -42,10 +51,41 @@ def open_out(path: Path, sample_rate: int, volume: float) -> Sink:
     return WavSink(path, sample_rate, volume)
 
 
+def _context(args: argparse.Namespace) -> tuple[Context, bool]:
+    """Settings with the verb's flags applied, and whether synthesis may go remote."""
+    overrides: dict[str, Any] = {}
+    if args.remote:
+        overrides["offload.server"] = args.remote
+    if args.local:
+        overrides["offload.policy"] = "local"
+    ctx = Context(args, overrides)
+    offload = ctx.settings.offload
+    remote = bool(offload.server) and offload.policy != "local"
+    if args.voice and not remote:
+        ctx = Context(args, overrides | {"tts.voice": args.voice})
+    return ctx, remote
+
+
+def _router(ctx: Context) -> tuple[Synthesizer, Callable[[], None]]:
+    """The offload router (client connecting in the background) and how to close it."""
+    local = LocalSynthesizer(VoiceRegistry(ctx.store, ctx.settings.tts), ctx.settings.tts)
+    from edge_agent.offload.auth import load_psk
+    from edge_agent.offload.client import OffloadClient
+    from edge_agent.offload.router import SynthRouter
+
+    offload = ctx.settings.offload
+    client = OffloadClient(offload, load_psk(offload.psk_file))
+    client.start()
+    router = SynthRouter(local, offload, client)
+    return router, router.close
+
+
 def run(args: argparse.Namespace) -> int:
     text = read_text(args.text)
-    ctx = Context(args, {"tts.voice": args.voice} if args.voice else None)
+    ctx, remote = _context(args)
     settings = ctx.settings
+    if remote:
+        return _run_routed(args, ctx, text)
     rate = ctx.store.catalog.get(settings.tts.voice).sample_rate or 22050
     # Open the output first: an unwritable --out fails before any model is loaded.
     if args.out is not None:
@@ -66,4 +106,40 @@ def run(args: argparse.Namespace) -> int:
              stats.audio_s, stats.sentences, stats.first_audio_s or 0.0)
     if args.out is not None:
         print(f"{args.out}: {stats.audio_s:.2f} s at {rate} Hz")
+    return 0
+
+
+def _run_routed(args: argparse.Namespace, ctx: Context, text: str) -> int:
+    """`say` through the offload router: remote voice when the server is healthy, else local."""
+    settings = ctx.settings
+    rate = ctx.store.catalog.get(settings.tts.voice).sample_rate or 22050
+    if args.out is not None:
+        sink = open_out(args.out, rate, settings.audio.volume)
+    else:
+        sink = AudioOutput(settings.audio).open(rate, name="say")
+    engines: list[str] = []
+
+    def tagged(chunks: Iterator[AudioChunk]) -> Iterator[AudioChunk]:
+        for chunk in chunks:
+            if chunk.last:
+                engines.append(chunk.engine)
+            yield chunk
+
+    synth, close = _router(ctx)
+    try:
+        stats = play(tagged(synth.stream(text, args.voice)), sink)
+    except BaseException:
+        sink.abort()
+        close()
+        raise
+    sink.close()
+    close()
+    used = "+".join(dict.fromkeys(engines)) or "none"
+    if "local" in engines and args.remote:
+        print(f"edge-agent: {engines.count('local')} of {len(engines)} sentences spoken locally "
+              f"(server {args.remote} unavailable or failing)", file=sys.stderr)
+    log.info("spoke %.2f s of audio in %d sentences (%s); first audio after %.3f s",
+             stats.audio_s, stats.sentences, used, stats.first_audio_s or 0.0)
+    if args.out is not None:
+        print(f"{args.out}: {stats.audio_s:.2f} s at {rate} Hz (engine: {used})")
     return 0

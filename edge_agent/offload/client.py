@@ -196,21 +196,25 @@ class ClientConnection:
         return time.perf_counter() - started
 
     async def _read_loop(self) -> None:
-        error: OffloadError
+        violation: ProtocolError | None = None
         try:
             while True:
                 self._dispatch(await self.conn.read())
         except ProtocolError as exc:
             log.warning("offload server broke the protocol: %s", exc)
-            error = OffloadError(f"protocol error from server: {exc}")
-            await self.conn.close(exc)
+            violation = exc
+            self._fail_all(OffloadError(f"protocol error from server: {exc}"))
         except OffloadError as exc:
-            error = exc
+            self._fail_all(exc)
         except asyncio.CancelledError:
-            error = ConnectionClosed("connection closed by the client")
+            self._fail_all(ConnectionClosed("connection closed by the client"))
+            raise
         finally:
             self.closed.set()
-        await self.conn.close()
+            await self.conn.close(violation)
+
+    def _fail_all(self, error: OffloadError) -> None:
+        """Tell every open stream and ping, synchronously, before anything else can run."""
         for pending in self._streams.values():
             pending.sink(error)
         self._streams.clear()

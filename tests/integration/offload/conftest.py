@@ -69,3 +69,19 @@ def serve_process(tmp_path):
     yield start
     for proc in started:
         proc.close()
+
+
+@pytest.fixture
+def scripted():
+    from offload_helpers import ScriptedServer
+
+    started: list[ScriptedServer] = []
+
+    def start(script: str, **kw) -> ScriptedServer:
+        server = ScriptedServer(script, **kw)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
