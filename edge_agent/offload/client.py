@@ -569,3 +569,15 @@ class OffloadClient:
         if conn is None:
             raise Unavailable(self.last_error or "not connected")
         return asyncio.run_coroutine_threadsafe(conn.ping(timeout), self._loop).result(timeout + 1)
+
+
+async def probe(endpoint: Endpoint, psk: bytes | None, *, timeout: float, tls_ca: str | None = None,
+                server_name: str = "") -> ServerInfo:
+    """Connect, authenticate, ping once and close: what `edge-agent doctor` reports."""
+    conn = await ClientConnection.open(endpoint, psk, timeout=timeout, tls_ca=tls_ca, server_name=server_name)
+    try:
+        rtt = await conn.ping(timeout)
+    finally:
+        await conn.close()
+    info = conn.info
+    return ServerInfo(info.name, info.codecs, info.voices, info.authenticated, rtt)
