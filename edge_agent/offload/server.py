@@ -10,6 +10,7 @@ import logging
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from edge_agent import __version__
 from edge_agent.config import ServerSettings
@@ -385,3 +386,50 @@ class _Session:
                 await self.conn.send(Error(sid, ErrorCode.SHUTTING_DOWN, "server shut down"))
         await self.conn.flush(1.0)
         await self.conn.close()
+
+
+class ServerThread:
+    """A `SynthServer` on its own event loop in a background thread (benchmarks, tests, embedding)."""
+
+    def __init__(self, settings: ServerSettings, voices: Mapping[str, Voice], psk: bytes | None, *,
+                 tls: ssl.SSLContext | None = None) -> None:
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="offload-server", daemon=True)
+        self.thread.start()
+
+        async def make() -> SynthServer:
+            server = SynthServer(settings, voices, psk, tls=tls)
+            await server.start()
+            return server
+
+        try:
+            self.server = self.call(make())
+        except BaseException:
+            self._stop_loop()
+            raise
+        self.host, self.port = self.server.address
+        self.uri = f"{'tls' if tls else 'tcp'}://127.0.0.1:{self.port}"
+
+    def call(self, coro: Any, timeout: float = 60) -> Any:
+        """Run a coroutine on the server's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        if self.loop.is_closed() or not self.loop.is_running():
+            return
+        self.call(self.server.shutdown())
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        async def drain() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        self.call(drain())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()

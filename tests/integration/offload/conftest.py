@@ -45,7 +45,7 @@ def serve(piper_voice):
     def start(voices=None, psk=PSK, tls=None, **overrides) -> ServerThread:
         values = {"host": "127.0.0.1", "port": 0, "voices": (PIPER,), "workers": 2, "threads": 1,
                   "shutdown_grace_s": 2.0, "metrics_interval_s": 0.0} | overrides
-        server = ServerThread(ServerSettings(**values), voices or {PIPER: piper_voice}, psk, tls)
+        server = ServerThread(ServerSettings(**values), voices or {PIPER: piper_voice}, psk, tls=tls)
         started.append(server)
         return server
 

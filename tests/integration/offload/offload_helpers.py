@@ -12,50 +12,16 @@ import threading
 import time
 from collections import defaultdict
 
-from edge_agent.config import OffloadSettings, ServerSettings
+from edge_agent.config import OffloadSettings
 from edge_agent.offload.client import OffloadClient
 from edge_agent.offload.router import SynthRouter
-from edge_agent.offload.server import SynthServer
+from edge_agent.offload.server import ServerThread
 
 PSK = b"integration-test-key-0123456789"
 PIPER = "en_US-joe-medium"
 
-
-class ServerThread:
-    """A `SynthServer` running on its own event loop in a thread."""
-
-    def __init__(self, settings: ServerSettings, voices, psk, tls=None) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-        async def make():
-            server = SynthServer(settings, voices, psk, tls=tls)
-            await server.start()
-            return server
-
-        self.server = self.call(make())
-        self.host, self.port = self.server.address
-        self.uri = f"{'tls' if tls else 'tcp'}://127.0.0.1:{self.port}"
-
-    def call(self, coro, timeout: float = 30):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def stop(self) -> None:
-        if not self.loop.is_running():
-            return
-        self.call(self.server.shutdown())
-
-        async def drain():
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        self.call(drain())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        self.loop.close()
+__all__ = ["PIPER", "PSK", "ScriptedServer", "ServeProcess", "ServerThread", "free_port",
+           "make_router", "spoken"]
 
 
 class ServeProcess:
