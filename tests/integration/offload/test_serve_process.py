@@ -84,3 +84,34 @@ def test_server_killed_mid_utterance_the_text_finishes_locally(kokoro_store, ser
     assert 1 <= remote < 6
     assert engines == ["remote"] * remote + ["local"] * (6 - remote)
     assert finished - killed_at < 30  # noticed at once; the rest is local synthesis time
+
+
+def test_sigterm_mid_stream_finishes_the_stream_then_exits(serve_process):
+    import asyncio
+    import signal
+
+    from edge_agent.config import Endpoint
+    from edge_agent.offload import messages as m
+    from edge_agent.offload.client import ClientConnection
+
+    server = serve_process(PIPER)
+    text = tuple(f"Sentence {n} of a message that is still being read." for n in range(8))
+
+    async def go():
+        conn = await ClientConnection.open(Endpoint("tcp", "127.0.0.1", server.port), PSK, timeout=10)
+        try:
+            q: asyncio.Queue = asyncio.Queue()
+            await conn.request(q.put_nowait, text, PIPER, m.Codec.OPUS)
+            msgs = [await asyncio.wait_for(q.get(), 30)]
+            server.proc.send_signal(signal.SIGTERM)
+            while not isinstance(msgs[-1], m.End | m.Error | Exception):
+                msgs.append(await asyncio.wait_for(q.get(), 30))
+            return msgs, conn.going_away
+        finally:
+            await conn.close()
+
+    msgs, told = asyncio.run(go())
+    assert told, "the client should have received GOAWAY"
+    assert isinstance(msgs[-1], m.End) and not msgs[-1].cancelled
+    assert len({x.sentence for x in msgs if isinstance(x, m.Audio)}) == len(text)
+    assert server.proc.wait(30) == 0
