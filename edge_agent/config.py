@@ -452,6 +452,8 @@ def validate(settings: Settings) -> None:
         raise ConfigError(
             f"tts.voice: unknown voice {settings.tts.voice!r} (known: {', '.join(voices)})"
         )
+    if settings.offload.policy == "remote" and not settings.offload.server:
+        raise ConfigError("offload.policy: 'remote' needs offload.server (tcp://HOST:PORT)")
     for key, voice in [("offload.voice", settings.offload.voice)] + [
         (f"server.voices[{i}]", v) for i, v in enumerate(settings.server.voices)
     ]:

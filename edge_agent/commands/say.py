@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +13,8 @@ from edge_agent.audio.playback import play
 from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
-from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
-from edge_agent.tts.voice import AudioChunk, Synthesizer, synthesize
+from edge_agent.tts.voice import AudioChunk, synthesize
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +22,8 @@ log = logging.getLogger(__name__)
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
              common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("say", parents=[common], help="speak TEXT (or write it to a WAV file)",
-                       description="Synthesize TEXT with a local voice; '-' reads it from stdin.")
+                       description="Synthesize TEXT with the local voice, or on an offload server "
+                                   "(--remote, or offload.server); '-' reads it from stdin.")
     p.add_argument("text", metavar="TEXT")
     p.add_argument("--voice", metavar="ID", help="voice id (default: tts.voice)")
     p.add_argument("--out", metavar="FILE.wav", type=Path, help="write a WAV file instead of playing")
@@ -64,20 +64,6 @@ def _context(args: argparse.Namespace) -> tuple[Context, bool]:
     if args.voice and not remote:
         ctx = Context(args, overrides | {"tts.voice": args.voice})
     return ctx, remote
-
-
-def _router(ctx: Context) -> tuple[Synthesizer, Callable[[], None]]:
-    """The offload router (client connecting in the background) and how to close it."""
-    local = LocalSynthesizer(VoiceRegistry(ctx.store, ctx.settings.tts), ctx.settings.tts)
-    from edge_agent.offload.auth import load_psk
-    from edge_agent.offload.client import OffloadClient
-    from edge_agent.offload.router import SynthRouter
-
-    offload = ctx.settings.offload
-    client = OffloadClient(offload, load_psk(offload.psk_file))
-    client.start()
-    router = SynthRouter(local, offload, client)
-    return router, router.close
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,15 +111,17 @@ def _run_routed(args: argparse.Namespace, ctx: Context, text: str) -> int:
                 engines.append(chunk.engine)
             yield chunk
 
-    synth, close = _router(ctx)
+    from edge_agent.offload.router import make_synthesizer
+
+    router = make_synthesizer(settings, ctx.store)
     try:
-        stats = play(tagged(synth.stream(text, args.voice)), sink)
+        stats = play(tagged(router.stream(text, args.voice)), sink)
     except BaseException:
         sink.abort()
-        close()
         raise
+    finally:
+        router.close()
     sink.close()
-    close()
     used = "+".join(dict.fromkeys(engines)) or "none"
     if "local" in engines and args.remote:
         print(f"edge-agent: {engines.count('local')} of {len(engines)} sentences spoken locally "

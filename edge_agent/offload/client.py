@@ -319,11 +319,16 @@ class RemoteStream:
     speaks it (and the rest) locally.
     """
 
+    MAX_BUFFERED = 32 * 1024 * 1024
+    """Encoded audio held for a reader that does not keep up; beyond it the stream fails."""
+
     def __init__(self, client: OffloadClient, sentences: int) -> None:
         self._client = client
         self.sentences = sentences
         self.stream = 0
         self._events: queue.Queue[Message | OffloadError] = queue.Queue()
+        self._buffered = 0
+        self._overflowed = False
         self._format: Format | None = None
         self._current: _Assembly | None = None
         self._next = 0
@@ -331,7 +336,16 @@ class RemoteStream:
         self.end: End | None = None
 
     def deliver(self, event: Message | OffloadError) -> None:
-        """Called on the event-loop thread."""
+        """Called on the event-loop thread; bounded by `MAX_BUFFERED` bytes of audio."""
+        if self._overflowed:
+            return
+        if isinstance(event, Audio):
+            self._buffered += len(event.data)
+            if self._buffered > self.MAX_BUFFERED:
+                self._overflowed = True
+                self._client.cancel(self.stream)
+                event = OffloadError(f"more than {self.MAX_BUFFERED} bytes of audio waiting; "
+                                     "the reader is not keeping up")
         self._events.put(event)
 
     def next_sentence(self, timeout: float) -> RemoteSentence | None:
@@ -348,6 +362,8 @@ class RemoteStream:
             if isinstance(event, OffloadError):
                 self.ended = True
                 raise event
+            if isinstance(event, Audio):
+                self._buffered -= len(event.data)
             sentence = self._take(event)
             if sentence is not None:
                 return sentence

@@ -18,7 +18,8 @@ from collections.abc import Generator, Iterator
 import numpy as np
 
 from edge_agent.audio.resample import resample
-from edge_agent.config import OffloadSettings, TtsSettings
+from edge_agent.config import OffloadSettings, Settings, TtsSettings
+from edge_agent.models.store import ModelStore
 from edge_agent.offload.client import OffloadClient, Unavailable
 from edge_agent.offload.codecs import opus_rate
 from edge_agent.offload.messages import Codec
@@ -145,6 +146,23 @@ class SynthRouter:
     def close(self) -> None:
         if self.client is not None:
             self.client.close()
+
+
+def make_synthesizer(settings: Settings, store: ModelStore) -> SynthRouter:
+    """The synthesizer `settings` ask for; its client (if any) is already connecting. Close it when done.
+
+    With no `offload.server`, or policy `local`, the router never leaves the device.
+    """
+    from edge_agent.offload.auth import load_psk
+    from edge_agent.tts.registry import VoiceRegistry
+
+    local = LocalSynthesizer(VoiceRegistry(store, settings.tts), settings.tts)
+    offload = settings.offload
+    client = None
+    if offload.server and offload.policy != "local":
+        client = OffloadClient(offload, load_psk(offload.psk_file))
+        client.start()
+    return SynthRouter(local, offload, client)
 
 
 def _local_chunks(voice: Voice, sentences: list[str], start: int, silence_s: float) -> Iterator[AudioChunk]:

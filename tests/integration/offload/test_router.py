@@ -156,3 +156,19 @@ def test_listener_stopping_early_cancels_the_remote_stream(serve, local_synth):
     finally:
         router.close()
     assert server.server.metrics.counters["streams_cancelled"] == 1
+
+
+def test_audio_piling_up_unread_fails_the_stream_over_to_local(serve, local_synth, monkeypatch):
+    from edge_agent.offload.client import RemoteStream
+
+    monkeypatch.setattr(RemoteStream, "MAX_BUFFERED", 10_000)
+    server = serve()
+    router = make_router(local_synth, server.uri, voice=PIPER)
+    try:
+        assert spoken(list(router.stream(TEXT)), 3) == ["local"] * 3
+        deadline = time.monotonic() + 5
+        while server.server.metrics.counters["streams_cancelled"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        router.close()
+    assert server.server.metrics.counters["streams_cancelled"] == 1

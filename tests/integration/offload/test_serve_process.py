@@ -94,7 +94,7 @@ def test_sigterm_mid_stream_finishes_the_stream_then_exits(serve_process):
     from edge_agent.offload import messages as m
     from edge_agent.offload.client import ClientConnection
 
-    server = serve_process(PIPER)
+    server = serve_process(PIPER, extra=("--set", "server.shutdown_grace_s=120"))
     text = tuple(f"Sentence {n} of a message that is still being read." for n in range(8))
 
     async def go():

@@ -416,3 +416,64 @@ def test_metrics_count_batches_queue_and_rtf(serve):
 def test_server_needs_at_least_one_voice():
     with pytest.raises(ConfigError):
         SynthServer(ServerSettings(), {}, PSK)
+
+
+def test_streams_still_open_when_the_grace_period_ends_get_shutting_down(serve):
+    server = serve(workers=1, shutdown_grace_s=0.2)
+    text = tuple(f"Sentence {i} will not be finished in time." for i in range(30))
+
+    async def go():
+        conn = await connect(server)
+        try:
+            q: asyncio.Queue = asyncio.Queue()
+            await conn.request(q.put_nowait, text, PIPER, m.Codec.PCM16)
+            while not isinstance(await asyncio.wait_for(q.get(), 30), m.Audio):
+                pass
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, lambda: server.call(server.server.shutdown()))
+            msgs = []
+            while not msgs or not isinstance(msgs[-1], m.End | m.Error | Exception):
+                msgs.append(await asyncio.wait_for(q.get(), 30))
+            return msgs
+        finally:
+            await conn.close()
+
+    msgs = run(go())
+    assert isinstance(msgs[-1], m.Error) and msgs[-1].code == ErrorCode.SHUTTING_DOWN
+
+
+def handshake_socket(port: int) -> socket.socket:
+    """A blocking socket past the key exchange, for peers that misbehave afterwards."""
+    from edge_agent.offload import auth
+
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    decoder = FrameDecoder()
+
+    def read_one():
+        while True:
+            frames = decoder.feed(sock.recv(65536))
+            if frames:
+                return m.decode(frames[0])
+
+    hello = m.Hello(auth.new_nonce(), 1, 65536, "raw")
+    sock.sendall(m.encode(hello))
+    challenge = read_one()
+    sock.sendall(m.encode(m.Auth(auth.client_proof(PSK, hello.payload(), challenge.payload()))))
+    assert isinstance(read_one(), m.Welcome)
+    return sock
+
+
+def test_client_that_stops_reading_is_disconnected_after_the_write_timeout(serve):
+    server = serve(workers=2, write_timeout_s=0.5)
+    sock = handshake_socket(server.port)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    text = tuple(f"Sentence {i} fills buffers that nobody reads." for i in range(60))
+    try:
+        sock.sendall(m.encode(m.Synth(1, PIPER, text, 48000, m.Codec.PCM16)))  # more bytes per second
+        deadline = time.monotonic() + 60
+        while server.server.metrics.counters["streams_disconnected"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        sock.close()
+    assert server.server.metrics.counters["streams_disconnected"] == 1
+    assert server.server.metrics.open_streams == 0
