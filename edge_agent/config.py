@@ -204,6 +204,8 @@ class ServerSettings:
     """onnxruntime intra-op threads per worker."""
     queue_bound: int = 32
     """Open streams the server accepts before answering BUSY."""
+    max_connections: int = 256
+    """Connections beyond this are answered BUSY and closed."""
     max_streams_per_connection: int = 8
     max_text_chars: int = 5000
     max_frame_bytes: int = 65536
@@ -229,7 +231,7 @@ class ServerSettings:
             raise ValueError("tls_cert: tls_cert and tls_key go together")
         if not self.voices:
             raise ValueError("voices: at least one voice")
-        _positive(self, "workers", "threads", "queue_bound", "max_streams_per_connection",
+        _positive(self, "workers", "threads", "queue_bound", "max_connections", "max_streams_per_connection",
                   "max_text_chars", "chunk_ms", "opus_bitrate", "handshake_timeout_s",
                   "idle_timeout_s", "frame_timeout_s", "write_timeout_s")
         if self.shutdown_grace_s < 0 or self.metrics_interval_s < 0:

@@ -137,6 +137,11 @@ class SynthServer:
         s = self.settings
         conn = FramedConnection(reader, writer, max_payload=s.max_frame_bytes,
                                 frame_timeout=s.frame_timeout_s, write_timeout=s.write_timeout_s)
+        if len(self._sessions) >= s.max_connections:
+            self.metrics.count("rejected_connections")
+            log.warning("%s: refused, %d connections open", conn.peer, len(self._sessions))
+            await conn.close(Error(0, ErrorCode.BUSY, "too many connections"))
+            return
         session = _Session(self, conn)
         self._sessions.add(session)
         self.metrics.open_connections += 1

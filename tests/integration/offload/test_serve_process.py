@@ -115,3 +115,24 @@ def test_sigterm_mid_stream_finishes_the_stream_then_exits(serve_process):
     assert isinstance(msgs[-1], m.End) and not msgs[-1].cancelled
     assert len({x.sentence for x in msgs if isinstance(x, m.Audio)}) == len(text)
     assert server.proc.wait(30) == 0
+
+
+def test_serve_says_how_to_fetch_a_missing_model(tmp_path):
+    result = run_cli("serve", "--port", "0", "--set", "server.voices=[kokoro-82m]",
+                     env={"EDGE_OFFLOAD_PSK": PSK.decode(), "EDGE_SPEECH_CACHE": str(tmp_path / "empty")},
+                     timeout=60)
+    assert result.returncode == 2
+    assert "edge-agent models fetch kokoro-82m" in result.stderr
+
+
+def test_serve_reports_a_port_in_use():
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_cli("serve", "--port", str(port), "--set", f"server.voices=[{PIPER}]",
+                         env={"EDGE_OFFLOAD_PSK": PSK.decode()}, timeout=60)
+    assert result.returncode == 2
+    assert "cannot listen" in result.stderr

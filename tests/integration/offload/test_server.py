@@ -477,3 +477,25 @@ def test_client_that_stops_reading_is_disconnected_after_the_write_timeout(serve
         sock.close()
     assert server.server.metrics.counters["streams_disconnected"] == 1
     assert server.server.metrics.open_streams == 0
+
+
+def test_other_protocol_versions_are_told_and_closed(serve):
+    server = serve()
+    data, _ = raw_exchange(server.port, struct.pack(">HBBII", 0xED53, 2, MessageType.HELLO, 0, 22))
+    (error,) = errors_in(data)
+    assert error.code == ErrorCode.UNSUPPORTED_VERSION and "speaks 1" in error.message
+
+
+def test_connections_beyond_the_limit_are_answered_busy(serve):
+    server = serve(max_connections=1)
+
+    async def go():
+        first = await connect(server)
+        try:
+            with pytest.raises(RemoteError, match="BUSY"):
+                await connect(server)
+        finally:
+            await first.close()
+
+    run(go())
+    assert server.server.metrics.counters["rejected_connections"] == 1
