@@ -434,7 +434,7 @@ class OffloadClient:
         self._thread = threading.Thread(target=self._run_loop, name="offload-client", daemon=True)
         self._conn: ClientConnection | None = None
         self._attempted = threading.Event()
-        self._stop: asyncio.Event | None = None
+        self._stop = asyncio.Event()  # binds to the client loop on first use (Python >= 3.10)
         self._task: concurrent.futures.Future[None] | None = None
         self.last_error: str = ""
         self.connects = 0
@@ -452,8 +452,7 @@ class OffloadClient:
     def close(self) -> None:
         if not self._thread.is_alive():
             return
-        if self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+        self._loop.call_soon_threadsafe(self._stop.set)
         if self._task is not None:
             with contextlib.suppress(Exception):
                 self._task.result(timeout=5)
@@ -486,7 +485,6 @@ class OffloadClient:
     # -- the connection loop -----------------------------------------------------
 
     async def _maintain(self) -> None:
-        self._stop = asyncio.Event()
         s = self.settings
         while not self._stop.is_set():
             try:
@@ -494,9 +492,10 @@ class OffloadClient:
                     self.endpoint, self.psk, timeout=s.connect_timeout_s, max_frame=s.max_frame_bytes,
                     tls_ca=str(s.tls_ca) if s.tls_ca else None, server_name=s.tls_server_name)
             except (OffloadError, ProtocolError) as exc:
+                repeated = self.last_error == f"connect: {exc}"
                 self._failed(f"connect: {exc}")
-                if isinstance(exc, AuthenticationFailed):
-                    log.error("offload: %s", exc)
+                if isinstance(exc, AuthenticationFailed | RemoteError) and not repeated:
+                    log.error("offload: %s", exc)  # a configuration problem: say it once
                 await self._sleep(self._backoff.next())
                 continue
             self._conn = conn
@@ -519,7 +518,6 @@ class OffloadClient:
         log.debug("offload: %s", reason)
 
     async def _keep_alive(self, conn: ClientConnection) -> None:
-        assert self._stop is not None
         s = self.settings
         while not self._stop.is_set():
             closed = asyncio.ensure_future(conn.closed.wait())
@@ -543,7 +541,6 @@ class OffloadClient:
             log.debug("offload: ping %.1f ms", rtt * 1000)
 
     async def _sleep(self, seconds: float) -> None:
-        assert self._stop is not None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), seconds)
 

@@ -172,3 +172,23 @@ def test_audio_piling_up_unread_fails_the_stream_over_to_local(serve, local_synt
     finally:
         router.close()
     assert server.server.metrics.counters["streams_cancelled"] == 1
+
+
+def test_client_reconnects_when_the_server_comes_back(serve, local_synth):
+    port = free_port()
+    first = serve(port=port)
+    router = make_router(local_synth, first.uri, voice=PIPER, breaker_open_s=0.3, ping_interval_s=0.2)
+    try:
+        assert spoken(list(router.stream(TEXT)), 3) == ["remote"] * 3
+        first.stop()
+        assert spoken(list(router.stream(TEXT)), 3) == ["local"] * 3
+        serve(port=port)
+        deadline = time.monotonic() + 10
+        while router.client.connection is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert router.client.connection is not None, router.client.last_error
+        time.sleep(0.5)  # past the breaker's cool-down; a ping closes it
+        assert spoken(list(router.stream(TEXT)), 3) == ["remote"] * 3
+        assert router.client.connects == 2
+    finally:
+        router.close()
