@@ -2,7 +2,6 @@
 
 import contextlib
 import random
-import time
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -105,7 +104,6 @@ def _split(rng, data):
 
 def test_hundred_thousand_mutated_streams_raise_only_protocol_errors():
     rng = random.Random(20261202)
-    started = time.perf_counter()
     decoded = 0
     for case in range(CASES):
         if case % 10 == 0:
@@ -115,7 +113,6 @@ def test_hundred_thousand_mutated_streams_raise_only_protocol_errors():
             data = _mutate(rng, base)
         decoded += _exercise(_split(rng, data))
     assert decoded > CASES // 10, "mutations should leave many frames decodable"
-    assert time.perf_counter() - started < 120
 
 
 def test_valid_streams_decode_whatever_the_split():
