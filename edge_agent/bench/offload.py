@@ -319,6 +319,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     settings = ctx.settings
     psk = secrets.token_bytes(32)
     store = ctx.store
+    load_before = os.getloadavg()[0]
     piper_id = settings.tts.voice
     piper = _load(store, piper_id, settings.tts.threads, settings.server.kokoro_speaker)
     heavy = args.voice or ("kokoro-82m" if store.locate("kokoro-82m") else piper_id)
@@ -363,5 +364,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             f"model batching check ({batching['voice']}, padded batch of {batching['batch']} vs one by one): "
             f"{batching['speedup']:.2f}x -> the server runs sentences concurrently, not as padded batches",
         ]
+    result["loadavg_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    lines.append(f"machine load (1-min average) before/after: {load_before:.2f} / {os.getloadavg()[0]:.2f} "
+                 f"on {os.cpu_count()} CPUs: other processes slow both sides alike but shrink the gain "
+                 "from running sentences side by side")
     emit(result, lines, args.json)
     return 0
