@@ -137,7 +137,34 @@ class OffloadSettings:
     policy: Literal["auto", "local", "remote"] = "auto"
     """auto: remote when reachable, local otherwise; local/remote: only that."""
     server: str = ""
-    """`tcp://HOST:PORT` of the synthesis server; empty means local only."""
+    """`tcp://HOST:PORT` (or `tls://HOST:PORT`) of the synthesis server; empty means local only."""
+    voice: str = "kokoro-82m"
+    """Voice asked of the server; empty means the local voice (`tts.voice`)."""
+    codec: Literal["auto", "opus", "pcm16"] = "auto"
+    """Audio on the wire; auto is Opus when both sides have it."""
+    psk_file: Path | None = None
+    """File holding the pre-shared key; None reads $EDGE_OFFLOAD_PSK."""
+    tls_ca: Path | None = None
+    """CA bundle that signed the server's certificate (tls:// only); None is the system store."""
+    tls_server_name: str = ""
+    """Name to verify in the server's certificate; empty is the host from `server`."""
+    connect_timeout_s: float = 2.0
+    """Budget for TCP connect, TLS and the key exchange."""
+    first_audio_deadline_s: float = 3.0
+    """The first remote sentence must be complete by then, else the utterance is spoken locally."""
+    sentence_timeout_s: float = 3.0
+    """Each later sentence may take this long plus the audio still queued for playback."""
+    ping_interval_s: float = 5.0
+    ping_timeout_s: float = 2.0
+    breaker_failures: int = 3
+    """Consecutive failures (pings, requests, connects) that open the circuit breaker."""
+    breaker_open_s: float = 30.0
+    """How long an open breaker keeps requests local before a probe may close it."""
+    reconnect_min_s: float = 0.5
+    reconnect_max_s: float = 30.0
+    """Reconnect backoff bounds (exponential, full jitter)."""
+    max_frame_bytes: int = 65536
+    """Largest frame payload accepted from the server."""
 
     def __post_init__(self) -> None:
         if self.server:
@@ -145,6 +172,83 @@ class OffloadSettings:
                 parse_uri(self.server, ("tcp", "tls"))
             except ValueError as exc:
                 raise ValueError(f"server: {exc}") from None
+        _positive(self, "connect_timeout_s", "first_audio_deadline_s", "sentence_timeout_s",
+                  "ping_interval_s", "ping_timeout_s", "breaker_open_s", "reconnect_min_s",
+                  "reconnect_max_s", "breaker_failures")
+        if self.reconnect_max_s < self.reconnect_min_s:
+            raise ValueError("reconnect_max_s: must not be below reconnect_min_s")
+        _frame_limit(self.max_frame_bytes)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """`edge-agent serve`: the synthesis server."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on (0.0.0.0 or :: for every interface)."""
+    port: int = 10700
+    psk_file: Path | None = None
+    """File holding the pre-shared key; None reads $EDGE_OFFLOAD_PSK."""
+    insecure: bool = False
+    """Run without a key. Only allowed on a loopback address."""
+    tls_cert: Path | None = None
+    """PEM certificate chain; with `tls_key`, connections are TLS."""
+    tls_key: Path | None = None
+    voices: tuple[str, ...] = ("kokoro-82m", "en_US-joe-medium")
+    """Voices loaded at start and offered to clients (the first is the default)."""
+    kokoro_speaker: str = "jf_alpha"
+    """Kokoro voice pack used for `kokoro-82m`."""
+    workers: int = 2
+    """Sentences synthesized at once (the batch: requests arriving together share these)."""
+    threads: int = 1
+    """onnxruntime intra-op threads per worker."""
+    queue_bound: int = 32
+    """Open streams the server accepts before answering BUSY."""
+    max_connections: int = 256
+    """Connections beyond this are answered BUSY and closed."""
+    max_streams_per_connection: int = 8
+    max_text_chars: int = 5000
+    max_frame_bytes: int = 65536
+    """Largest frame payload accepted from a client."""
+    chunk_ms: int = 500
+    """Audio per AUDIO frame."""
+    opus_bitrate: int = 24000
+    handshake_timeout_s: float = 5.0
+    idle_timeout_s: float = 60.0
+    """Connections with no frame (clients ping) for this long are closed."""
+    frame_timeout_s: float = 10.0
+    """A frame must arrive whole within this long of its first byte."""
+    write_timeout_s: float = 10.0
+    shutdown_grace_s: float = 10.0
+    """On SIGTERM, open streams get this long to finish."""
+    metrics_interval_s: float = 60.0
+    """Log a metrics snapshot this often; 0 turns it off."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port: {self.port} is outside 0..65535")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert: tls_cert and tls_key go together")
+        if not self.voices:
+            raise ValueError("voices: at least one voice")
+        _positive(self, "workers", "threads", "queue_bound", "max_connections", "max_streams_per_connection",
+                  "max_text_chars", "chunk_ms", "opus_bitrate", "handshake_timeout_s",
+                  "idle_timeout_s", "frame_timeout_s", "write_timeout_s")
+        if self.shutdown_grace_s < 0 or self.metrics_interval_s < 0:
+            raise ValueError("shutdown_grace_s and metrics_interval_s must not be negative")
+        _frame_limit(self.max_frame_bytes)
+
+
+def _positive(obj: object, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value <= 0:
+            raise ValueError(f"{name}: must be positive, not {value}")
+
+
+def _frame_limit(value: int) -> None:
+    if not 4096 <= value <= 16 * 1024 * 1024:
+        raise ValueError(f"max_frame_bytes: {value} is outside 4096..16777216")
 
 
 @dataclass(frozen=True)
@@ -166,6 +270,7 @@ class Settings:
     models: ModelSettings = field(default_factory=ModelSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     offload: OffloadSettings = field(default_factory=OffloadSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
     logging: LoggingSettings = field(default_factory=LoggingSettings)
 
 
@@ -349,6 +454,13 @@ def validate(settings: Settings) -> None:
         raise ConfigError(
             f"tts.voice: unknown voice {settings.tts.voice!r} (known: {', '.join(voices)})"
         )
+    if settings.offload.policy == "remote" and not settings.offload.server:
+        raise ConfigError("offload.policy: 'remote' needs offload.server (tcp://HOST:PORT)")
+    for key, voice in [("offload.voice", settings.offload.voice)] + [
+        (f"server.voices[{i}]", v) for i, v in enumerate(settings.server.voices)
+    ]:
+        if voice and voice not in voices:
+            raise ConfigError(f"{key}: unknown voice {voice!r} (known: {', '.join(voices)})")
 
 
 def to_dict(obj: Any) -> Any:

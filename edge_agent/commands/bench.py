@@ -7,7 +7,7 @@ import importlib
 
 from edge_agent.commands.context import Context
 
-SUBJECTS = {"tts": "edge_agent.bench.tts"}
+SUBJECTS = {"tts": "edge_agent.bench.tts", "offload": "edge_agent.bench.offload"}
 """Subject name -> module with `add_arguments(parser)` and `run(ctx, args) -> int`."""
 
 

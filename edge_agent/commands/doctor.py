@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,14 +110,38 @@ def check_server(ctx: Context, timeout: float) -> Check:
     offload = ctx.settings.offload
     if not offload.server:
         return Check("server", True, False, "no offload server configured (local synthesis only)")
-    ep = parse_uri(offload.server, ("tcp", "tls"))
     needed = offload.policy == "remote"
+    ok, detail = _offload_probe(ctx, timeout)
+    return Check("server", ok, needed, f"{offload.server}: {detail}")
+
+
+def _offload_probe(ctx: Context, timeout: float) -> tuple[bool, str]:
+    """A real HELLO, key exchange and PING, not just an open port."""
+    import asyncio
+
+    from edge_agent.errors import EdgeError
+    from edge_agent.offload.auth import PSK_ENV, load_psk
+    from edge_agent.offload.client import probe
+
+    offload = ctx.settings.offload
+    ep = parse_uri(offload.server, ("tcp", "tls"))
+    psk: bytes | None = None
+    tls_ca = str(offload.tls_ca) if offload.tls_ca else None
     try:
-        with socket.create_connection((ep.host, ep.port), timeout=timeout):
-            pass
-    except OSError as exc:
-        return Check("server", False, needed, f"{offload.server}: unreachable ({exc.strerror or exc})")
-    return Check("server", True, needed, f"{offload.server}: accepting connections")
+        psk = load_psk(offload.psk_file)
+        info = asyncio.run(probe(ep, psk, timeout=timeout, tls_ca=tls_ca,
+                                 server_name=offload.tls_server_name))
+    except EdgeError as exc:
+        hint = f" (no key: set offload.psk_file or ${PSK_ENV})" if "AUTH" in str(exc) and psk is None else ""
+        return False, f"{str(exc).removeprefix(f'{ep.host}:{ep.port}: ')}{hint}"
+    voices = ", ".join(f"{v} ({r} Hz)" for v, r in info.voices.items())
+    missing = offload.voice and offload.voice not in info.voices
+    auth = "authenticated" if info.authenticated else "NO KEY (insecure server)"
+    detail = (f"{info.name}, {auth}, ping {info.rtt_s * 1000:.1f} ms, codecs "
+              f"{'/'.join(sorted(c.name for c in info.codecs))}, voices {voices}")
+    if missing:
+        return False, f"{detail}; offload.voice {offload.voice!r} is not offered"
+    return True, detail
 
 
 def run(args: argparse.Namespace) -> int:

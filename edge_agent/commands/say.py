@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from edge_agent.audio.playback import play
 from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
 from edge_agent.tts.registry import VoiceRegistry
-from edge_agent.tts.voice import synthesize
+from edge_agent.tts.voice import AudioChunk, synthesize
 
 log = logging.getLogger(__name__)
 
@@ -20,10 +22,17 @@ log = logging.getLogger(__name__)
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
              common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("say", parents=[common], help="speak TEXT (or write it to a WAV file)",
-                       description="Synthesize TEXT with a local voice; '-' reads it from stdin.")
+                       description="Synthesize TEXT with the local voice, or on an offload server "
+                                   "(--remote, or offload.server); '-' reads it from stdin.")
     p.add_argument("text", metavar="TEXT")
     p.add_argument("--voice", metavar="ID", help="voice id (default: tts.voice)")
     p.add_argument("--out", metavar="FILE.wav", type=Path, help="write a WAV file instead of playing")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--local", action="store_true", help="synthesize on this device only")
+    where.add_argument("--remote", metavar="URI",
+                       help="offload to an `edge-agent serve` at tcp://HOST:PORT (or tls://); the key "
+                            "comes from offload.psk_file or $EDGE_OFFLOAD_PSK; with policy auto a "
+                            "failing server falls back to the local voice")
     p.set_defaults(handler=run)
 
 
@@ -42,10 +51,27 @@ def open_out(path: Path, sample_rate: int, volume: float) -> Sink:
     return WavSink(path, sample_rate, volume)
 
 
+def _context(args: argparse.Namespace) -> tuple[Context, bool]:
+    """Settings with the verb's flags applied, and whether synthesis may go remote."""
+    overrides: dict[str, Any] = {}
+    if args.remote:
+        overrides["offload.server"] = args.remote
+    if args.local:
+        overrides["offload.policy"] = "local"
+    ctx = Context(args, overrides)
+    offload = ctx.settings.offload
+    remote = bool(offload.server) and offload.policy != "local"
+    if args.voice and not remote:
+        ctx = Context(args, overrides | {"tts.voice": args.voice})
+    return ctx, remote
+
+
 def run(args: argparse.Namespace) -> int:
     text = read_text(args.text)
-    ctx = Context(args, {"tts.voice": args.voice} if args.voice else None)
+    ctx, remote = _context(args)
     settings = ctx.settings
+    if remote:
+        return _run_routed(args, ctx, text)
     rate = ctx.store.catalog.get(settings.tts.voice).sample_rate or 22050
     # Open the output first: an unwritable --out fails before any model is loaded.
     if args.out is not None:
@@ -66,4 +92,42 @@ def run(args: argparse.Namespace) -> int:
              stats.audio_s, stats.sentences, stats.first_audio_s or 0.0)
     if args.out is not None:
         print(f"{args.out}: {stats.audio_s:.2f} s at {rate} Hz")
+    return 0
+
+
+def _run_routed(args: argparse.Namespace, ctx: Context, text: str) -> int:
+    """`say` through the offload router: remote voice when the server is healthy, else local."""
+    settings = ctx.settings
+    rate = ctx.store.catalog.get(settings.tts.voice).sample_rate or 22050
+    if args.out is not None:
+        sink = open_out(args.out, rate, settings.audio.volume)
+    else:
+        sink = AudioOutput(settings.audio).open(rate, name="say")
+    engines: list[str] = []
+
+    def tagged(chunks: Iterator[AudioChunk]) -> Iterator[AudioChunk]:
+        for chunk in chunks:
+            if chunk.last:
+                engines.append(chunk.engine)
+            yield chunk
+
+    from edge_agent.offload.router import make_synthesizer
+
+    router = make_synthesizer(settings, ctx.store)
+    try:
+        stats = play(tagged(router.stream(text, args.voice)), sink)
+    except BaseException:
+        sink.abort()
+        raise
+    finally:
+        router.close()
+    sink.close()
+    used = "+".join(dict.fromkeys(engines)) or "none"
+    if "local" in engines and args.remote:
+        print(f"edge-agent: {engines.count('local')} of {len(engines)} sentences spoken locally "
+              f"(server {args.remote} unavailable or failing)", file=sys.stderr)
+    log.info("spoke %.2f s of audio in %d sentences (%s); first audio after %.3f s",
+             stats.audio_s, stats.sentences, used, stats.first_audio_s or 0.0)
+    if args.out is not None:
+        print(f"{args.out}: {stats.audio_s:.2f} s at {rate} Hz (engine: {used})")
     return 0

@@ -97,3 +97,26 @@ def test_top_level_must_be_a_mapping(tmp_path):
 def test_device_id_cannot_break_topics(tmp_path):
     with pytest.raises(ConfigError, match=r"^device\.id: 'a/b' may not contain"):
         load_settings(write(tmp_path, "device:\n  id: a/b\n"))
+
+
+def test_example_server_config_loads(monkeypatch):
+    settings = load_settings(REPO / "configs" / "server.yaml")
+    assert settings.server.host == "0.0.0.0"
+    assert settings.server.voices[0] == "kokoro-82m"
+
+
+def test_server_and_offload_settings_are_checked(tmp_path):
+    with pytest.raises(ConfigError, match=r"^server\.port: 70000 is outside"):
+        load_settings(write(tmp_path, "server:\n  port: 70000\n"))
+    with pytest.raises(ConfigError, match=r"^server\.tls_cert: tls_cert and tls_key go together"):
+        load_settings(write(tmp_path, "server:\n  tls_cert: /etc/cert.pem\n"))
+    with pytest.raises(ConfigError, match=r"^server\.voices\[0\]: unknown voice 'nope'"):
+        load_settings(write(tmp_path, "server:\n  voices: [nope]\n"))
+    with pytest.raises(ConfigError, match=r"^offload\.voice: unknown voice 'nope'"):
+        load_settings(write(tmp_path, "offload:\n  voice: nope\n"))
+    with pytest.raises(ConfigError, match=r"^offload\.reconnect_max_s: must not be below"):
+        load_settings(write(tmp_path, "offload:\n  reconnect_min_s: 5\n  reconnect_max_s: 1\n"))
+    with pytest.raises(ConfigError, match=r"^offload\.max_frame_bytes: 100 is outside"):
+        load_settings(write(tmp_path, "offload:\n  max_frame_bytes: 100\n"))
+    with pytest.raises(ConfigError, match=r"^offload\.server: 'http://x:1': scheme must be"):
+        load_settings(write(tmp_path, "offload:\n  server: http://x:1\n"))

@@ -1,0 +1,91 @@
+"""`edge-agent serve`: the heavy synthesis server for a fleet of devices."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import time
+from typing import Any
+
+from edge_agent.commands.context import Context
+from edge_agent.config import ServerSettings, TtsSettings
+from edge_agent.logs import setup_logging
+from edge_agent.models.store import ModelStore
+from edge_agent.offload.auth import load_psk
+from edge_agent.offload.server import SynthServer, check_key
+from edge_agent.offload.transport import server_tls_context
+from edge_agent.tts.voice import Voice
+
+log = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+             common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("serve", parents=[common], help="run the synthesis server",
+                       description="Serve heavy voices to devices over the offload protocol. The "
+                                   "pre-shared key comes from server.psk_file or $EDGE_OFFLOAD_PSK.")
+    p.add_argument("--host", help="address to listen on (default: server.host)")
+    p.add_argument("--port", type=int, help="port (default: server.port; 0 picks a free one)")
+    p.set_defaults(handler=run)
+
+
+def load_voices(store: ModelStore, settings: ServerSettings) -> dict[str, Voice]:
+    """Load and warm up every configured voice (a missing model says how to fetch it)."""
+    from edge_agent.tts import kokoro
+    from edge_agent.tts.registry import VoiceRegistry
+
+    registry = VoiceRegistry(store, TtsSettings(threads=settings.threads, idle_unload_s=0))
+    registry.register_runtime("kokoro", kokoro.loader(store, speaker=settings.kokoro_speaker,
+                                                      threads=settings.threads,
+                                                      spin=settings.workers == 1))
+    voices: dict[str, Voice] = {}
+    for voice_id in settings.voices:
+        voice = registry.get(voice_id)
+        started = time.perf_counter()
+        for _ in voice.synthesize_sentence("Ready."):
+            pass
+        log.info("voice %s ready (%d Hz, warm-up %.2f s)", voice_id, voice.sample_rate,
+                 time.perf_counter() - started)
+        voices[voice_id] = voice
+    return voices
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides: dict[str, Any] = {}
+    if args.host:
+        overrides["server.host"] = args.host
+    if args.port is not None:
+        overrides["server.port"] = args.port
+    ctx = Context(args, overrides)
+    settings = ctx.settings
+    setup_logging(verbosity=max(1, args.verbose), json_lines=settings.logging.json)
+    s = settings.server
+    psk = load_psk(s.psk_file)
+    check_key(s, psk)  # before spending seconds on models
+    tls = server_tls_context(s.tls_cert, s.tls_key) if s.tls_cert and s.tls_key else None
+    voices = load_voices(ctx.store, s)
+    asyncio.run(_serve(s, voices, psk, tls))
+    return 0
+
+
+async def _serve(settings: ServerSettings, voices: dict[str, Voice], psk: bytes | None, tls: Any) -> None:
+    server = SynthServer(settings, voices, psk, tls=tls)
+    host, port = await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    metrics = (loop.create_task(server.log_metrics(settings.metrics_interval_s))
+               if settings.metrics_interval_s > 0 else None)
+    scheme = "tls" if tls else "tcp"
+    shown = f"[{host}]" if ":" in host else host
+    print(f"edge-agent serve: listening on {scheme}://{shown}:{port} "
+          f"(voices: {', '.join(voices)}; {settings.workers} workers x {settings.threads} threads)",
+          flush=True)
+    await stop.wait()
+    log.info("signal received: draining (grace %.0f s)", settings.shutdown_grace_s)
+    if metrics is not None:
+        metrics.cancel()
+    await server.shutdown()

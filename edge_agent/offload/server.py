@@ -1,0 +1,440 @@
+"""`edge-agent serve`: many devices, one heavy voice, one asyncio loop, synthesis in threads."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from edge_agent import __version__
+from edge_agent.config import ServerSettings
+from edge_agent.errors import ConfigError
+from edge_agent.offload import auth
+from edge_agent.offload.codecs import OPUS_RATES, SentenceEncoder, available_codecs, opus_rate
+from edge_agent.offload.messages import (
+    MAC_SIZE,
+    Audio,
+    Auth,
+    Cancel,
+    Challenge,
+    Codec,
+    End,
+    Error,
+    Format,
+    GoAway,
+    Hello,
+    Ping,
+    Pong,
+    Synth,
+    VoiceInfo,
+    Welcome,
+    codec_mask,
+    codecs_in,
+)
+from edge_agent.offload.metrics import ServerMetrics
+from edge_agent.offload.protocol import (
+    HARD_MAX_PAYLOAD,
+    AuthenticationFailed,
+    BadStreamId,
+    ErrorCode,
+    MalformedPayload,
+    ProtocolError,
+    UnexpectedMessage,
+)
+from edge_agent.offload.scheduler import (
+    DeadlineMissed,
+    Scheduler,
+    SentenceResult,
+    StreamCancelled,
+    Ticket,
+    sentence_work,
+)
+from edge_agent.offload.transport import ConnectionClosed, FramedConnection
+from edge_agent.tts.voice import Voice
+
+log = logging.getLogger(__name__)
+
+MIN_PEER_FRAME = 1024
+_AUDIO_HEADER = 6
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_key(settings: ServerSettings, psk: bytes | None) -> None:
+    """Refuse to run without a key, except in explicit insecure mode on loopback."""
+    if psk is not None:
+        return
+    if not settings.insecure:
+        raise ConfigError(f"server: no pre-shared key (set server.psk_file or ${auth.PSK_ENV}); "
+                          "to run without one on loopback only, set server.insecure: true")
+    if not is_loopback(settings.host):
+        raise ConfigError(f"server.insecure: only allowed on a loopback address, not {settings.host!r}")
+
+
+@dataclass
+class _Stream:
+    id: int
+    ticket: Ticket
+    task: asyncio.Task[None] | None = None
+
+
+class SynthServer:
+    """The synthesis server; `start`, then `shutdown` (also what SIGTERM triggers)."""
+
+    def __init__(self, settings: ServerSettings, voices: Mapping[str, Voice], psk: bytes | None, *,
+                 tls: ssl.SSLContext | None = None, metrics: ServerMetrics | None = None) -> None:
+        check_key(settings, psk)
+        if not voices:
+            raise ConfigError("server.voices: no voice loaded")
+        self.settings = settings
+        self.voices = dict(voices)
+        self.default_voice = next(iter(self.voices))
+        self.psk = psk
+        self.tls = tls
+        self.codecs = available_codecs()
+        self.metrics = metrics or ServerMetrics()
+        self.scheduler = Scheduler(settings.workers, self.metrics)
+        self._server: asyncio.Server | None = None
+        self._sessions: set[_Session] = set()
+        self._idle = asyncio.Event()
+        self.draining = False
+        self.address: tuple[str, int] = (settings.host, settings.port)
+
+    @property
+    def voice_infos(self) -> tuple[VoiceInfo, ...]:
+        return tuple(VoiceInfo(k, v.sample_rate) for k, v in self.voices.items())
+
+    async def start(self) -> tuple[str, int]:
+        """Listen; returns the bound (host, port) (port 0 picks a free one)."""
+        self.scheduler.start()
+        self._idle.set()
+        try:
+            self._server = await asyncio.start_server(
+                self._accept, self.settings.host, self.settings.port, ssl=self.tls,
+                ssl_handshake_timeout=self.settings.handshake_timeout_s if self.tls else None,
+                limit=64 * 1024)
+        except OSError as exc:
+            raise ConfigError(f"server: cannot listen on {self.settings.host}:{self.settings.port} "
+                              f"({exc.strerror or exc})") from None
+        sockname = self._server.sockets[0].getsockname()
+        self.address = (str(sockname[0]), int(sockname[1]))
+        return self.address
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        s = self.settings
+        conn = FramedConnection(reader, writer, max_payload=s.max_frame_bytes,
+                                frame_timeout=s.frame_timeout_s, write_timeout=s.write_timeout_s)
+        if len(self._sessions) >= s.max_connections:
+            self.metrics.count("rejected_connections")
+            log.warning("%s: refused, %d connections open", conn.peer, len(self._sessions))
+            await conn.close(Error(0, ErrorCode.BUSY, "too many connections"))
+            return
+        session = _Session(self, conn)
+        self._sessions.add(session)
+        self.metrics.open_connections += 1
+        self.metrics.count("connections")
+        try:
+            await session.run()
+        finally:
+            self._sessions.discard(session)
+            self.metrics.open_connections -= 1
+
+    def stream_opened(self) -> None:
+        self.metrics.open_streams += 1
+        self._idle.clear()
+
+    def stream_closed(self) -> None:
+        self.metrics.open_streams -= 1
+        if self.metrics.open_streams <= 0:
+            self._idle.set()
+
+    async def shutdown(self) -> None:
+        """Stop accepting, tell clients (GOAWAY), let open streams finish within the grace period."""
+        if self.draining:
+            return
+        self.draining = True
+        if self._server is not None:
+            self._server.close()
+        log.info("shutting down: %d connections, %d open streams",
+                 len(self._sessions), self.metrics.open_streams)
+        for session in list(self._sessions):
+            await session.go_away()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), self.settings.shutdown_grace_s)
+        for session in list(self._sessions):
+            await session.terminate()
+        for _ in range(200):  # connection handlers unwind after their sockets close
+            if not self._sessions:
+                break
+            await asyncio.sleep(0.01)
+        await self.scheduler.stop()
+        log.info("metrics %s", json.dumps(self.metrics.snapshot()))
+
+    async def log_metrics(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            log.info("metrics %s", json.dumps(self.metrics.snapshot()))
+
+
+class _Session:
+    """One client connection: handshake, then requests until it closes."""
+
+    def __init__(self, server: SynthServer, conn: FramedConnection) -> None:
+        self.server = server
+        self.conn = conn
+        self.settings = server.settings
+        self.streams: dict[int, _Stream] = {}
+        self.last_stream = 0
+        self.codecs: frozenset[Codec] = frozenset()
+        self.client = ""
+
+    async def run(self) -> None:
+        try:
+            await self._handshake()
+            await self._serve()
+        except ProtocolError as exc:
+            counter = "auth_failures" if isinstance(exc, AuthenticationFailed) else "protocol_errors"
+            self.server.metrics.count(counter)
+            log.warning("%s: %s: %s; closing", self.conn.peer, type(exc).__name__, exc)
+            self._cancel_all()
+            await self.conn.close(exc)
+        except ConnectionClosed:
+            log.debug("%s: closed by peer", self.conn.peer)
+        finally:
+            self._cancel_all()
+            await self.conn.close()
+
+    async def _handshake(self) -> None:
+        timeout = self.settings.handshake_timeout_s
+        hello = await self.conn.read(timeout)
+        if not isinstance(hello, Hello):
+            raise UnexpectedMessage(f"expected HELLO, got {type(hello).__name__}")
+        if hello.max_frame < MIN_PEER_FRAME:
+            raise MalformedPayload(f"HELLO: max_frame {hello.max_frame} is below {MIN_PEER_FRAME}")
+        self.conn.peer_max_payload = min(hello.max_frame, HARD_MAX_PAYLOAD)
+        self.codecs = codecs_in(hello.codecs) & self.server.codecs
+        if not self.codecs:
+            raise UnexpectedMessage("no audio codec in common")
+        psk = self.server.psk
+        challenge = Challenge(auth.new_nonce(), codec_mask(self.server.codecs), self.settings.max_frame_bytes,
+                              f"edge-agent serve {__version__}", noauth=psk is None)
+        await self.conn.send(challenge)
+        proof = await self.conn.read(timeout)
+        if not isinstance(proof, Auth):
+            raise UnexpectedMessage(f"expected AUTH, got {type(proof).__name__}")
+        transcript = (hello.payload(), challenge.payload())
+        if psk is not None and not auth.verify(auth.client_proof(psk, *transcript), proof.mac):
+            raise AuthenticationFailed("authentication failed: wrong pre-shared key")
+        mac = auth.server_proof(psk, *transcript) if psk is not None else bytes(MAC_SIZE)
+        welcome = Welcome(mac, codec_mask(self.codecs), self.server.voice_infos, noauth=psk is None)
+        await self.conn.send(welcome)
+        self.client = hello.name
+        log.info("%s: client %r authenticated%s", self.conn.peer, hello.name,
+                 "" if psk is not None else " (insecure mode: no key)")
+
+    async def _serve(self) -> None:
+        while True:
+            message = await self.conn.read(self.settings.idle_timeout_s)
+            if isinstance(message, Synth):
+                await self._open(message)
+            elif isinstance(message, Cancel):
+                stream = self.streams.get(message.stream)
+                if stream is not None:  # else it already ended: CANCEL crossed END on the wire
+                    stream.ticket.cancel()
+            elif isinstance(message, Ping):
+                await self.conn.send(Pong(message.nonce))
+            elif isinstance(message, Pong):
+                pass
+            elif isinstance(message, Error):
+                if message.stream == 0:
+                    log.info("%s: client closed with %s: %s", self.conn.peer, message.name, message.message)
+                    return
+                stream = self.streams.get(message.stream)
+                if stream is not None:
+                    stream.ticket.cancel()
+            else:
+                raise UnexpectedMessage(f"a client may not send {type(message).__name__}")
+
+    async def _refuse(self, stream: int, code: ErrorCode, text: str) -> None:
+        self.server.metrics.count(f"rejected_{code.name.lower()}")
+        log.info("%s stream %d: refused (%s): %s", self.conn.peer, stream, code.name, text)
+        await self.conn.send(Error(stream, code, text))
+
+    async def _open(self, req: Synth) -> None:
+        if req.stream <= self.last_stream:
+            raise BadStreamId(f"stream id {req.stream} is not above the last one ({self.last_stream})")
+        self.last_stream = req.stream
+        server, s = self.server, self.settings
+        voice_id = req.voice or server.default_voice
+        voice = server.voices.get(voice_id)
+        text_chars = sum(len(x) for x in req.sentences)
+        if server.draining:
+            return await self._refuse(req.stream, ErrorCode.SHUTTING_DOWN, "server is shutting down")
+        if len(self.streams) >= s.max_streams_per_connection:
+            return await self._refuse(req.stream, ErrorCode.TOO_MANY_STREAMS,
+                                      f"at most {s.max_streams_per_connection} open streams per connection")
+        if server.metrics.open_streams >= s.queue_bound:
+            return await self._refuse(req.stream, ErrorCode.BUSY, "server queue is full")
+        if voice is None:
+            return await self._refuse(req.stream, ErrorCode.UNKNOWN_VOICE,
+                                      f"no voice {voice_id!r} (offered: {', '.join(server.voices)})")
+        if req.codec not in self.codecs:
+            return await self._refuse(req.stream, ErrorCode.UNSUPPORTED_CODEC,
+                                      f"{req.codec.name} was not agreed on this connection")
+        if not 0 < text_chars <= s.max_text_chars or len(req.sentences) > 0xFFFF:
+            return await self._refuse(req.stream, ErrorCode.BAD_REQUEST,
+                                      f"text must have 1..{s.max_text_chars} characters")
+        native = opus_rate(voice.sample_rate) if req.codec is Codec.OPUS else voice.sample_rate
+        rate = req.sample_rate or native
+        if req.codec is Codec.OPUS and rate not in OPUS_RATES:
+            return await self._refuse(req.stream, ErrorCode.UNSUPPORTED_CODEC,
+                                      f"Opus runs at {', '.join(map(str, OPUS_RATES))} Hz, not {rate}")
+        if not 8000 <= rate <= 48000:
+            return await self._refuse(req.stream, ErrorCode.BAD_REQUEST,
+                                      f"sample rate {rate} is outside 8000..48000")
+        encoder = SentenceEncoder(req.codec, rate, self.conn.peer_max_payload - _AUDIO_HEADER,
+                                  chunk_samples=max(1, rate * s.chunk_ms // 1000), bitrate=s.opus_bitrate)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + req.deadline_ms / 1000 if req.deadline_ms else None
+        ticket = Ticket([], deadline)
+        stream = _Stream(req.stream, ticket)
+        self.streams[req.stream] = stream
+        server.stream_opened()
+        server.metrics.count("requests")
+        server.scheduler.submit(ticket, [sentence_work(voice, text, rate, encoder) for text in req.sentences])
+        header = Format(req.stream, rate, req.codec, encoder.frame_samples, encoder.pre_skip,
+                        len(req.sentences))
+        stream.task = loop.create_task(self._stream(stream, header))
+        # A done callback, not `finally`: it also runs for a task cancelled before its first step.
+        stream.task.add_done_callback(lambda _task: self._closed(stream))
+        log.info("%s stream %d: %d sentences, voice %s, %s at %d Hz", self.conn.peer, req.stream,
+                 len(req.sentences), voice_id, req.codec.name, rate)
+        return None
+
+    async def _stream(self, stream: _Stream, header: Format) -> None:
+        ticket, sid = stream.ticket, stream.id
+        samples = 0
+        synth_s = 0.0
+        outcome = "done"
+        try:
+            await self.conn.send(header)
+            for index, future in enumerate(ticket.futures):
+                try:
+                    result: SentenceResult = await future
+                except StreamCancelled:
+                    outcome = "cancelled"
+                    break
+                except DeadlineMissed:
+                    outcome = "deadline"
+                    await self.conn.send(Error(sid, ErrorCode.DEADLINE, "synthesis could not start in time"))
+                    return
+                except Exception as exc:
+                    outcome = "failed"
+                    await self.conn.send(Error(sid, ErrorCode.INTERNAL, f"synthesis failed: {exc}"))
+                    return
+                samples += result.samples
+                synth_s += result.synth_s
+                last = len(result.chunks) - 1
+                for j, chunk in enumerate(result.chunks):
+                    if ticket.cancelled:
+                        break
+                    await self.conn.send(Audio(sid, index, chunk.samples, chunk.data, last=j == last))
+            queue_s = (ticket.started_at - ticket.arrived) if ticket.started_at else 0.0
+            await self.conn.send(End(sid, samples, round(max(queue_s, 0.0) * 1000), round(synth_s * 1000),
+                                     cancelled=ticket.cancelled))
+            if ticket.cancelled:
+                outcome = "cancelled"
+        except ConnectionClosed:
+            outcome = "disconnected"
+        finally:
+            ticket.cancel()
+            self.server.metrics.count(f"streams_{outcome}")
+            log.info("%s stream %d: %s (%.2f s audio, %.2f s synthesis)", self.conn.peer, sid, outcome,
+                     samples / header.sample_rate, synth_s)
+
+    def _closed(self, stream: _Stream) -> None:
+        stream.ticket.cancel()
+        if self.streams.pop(stream.id, None) is not None:
+            self.server.stream_closed()
+
+    def _cancel_all(self) -> None:
+        for stream in list(self.streams.values()):
+            stream.ticket.cancel()
+            if stream.task is not None:
+                stream.task.cancel()
+
+    async def go_away(self) -> None:
+        with contextlib.suppress(ConnectionClosed, ValueError):
+            await self.conn.send(GoAway(ErrorCode.SHUTTING_DOWN, "server is shutting down"))
+
+    async def terminate(self) -> None:
+        """End what is still open after the grace period: each stream gets an ERROR, then close."""
+        ids = list(self.streams)
+        tasks = [st.task for st in self.streams.values() if st.task is not None]
+        self._cancel_all()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for sid in ids:
+            with contextlib.suppress(ConnectionClosed):
+                await self.conn.send(Error(sid, ErrorCode.SHUTTING_DOWN, "server shut down"))
+        await self.conn.flush(1.0)
+        await self.conn.close()
+
+
+class ServerThread:
+    """A `SynthServer` on its own event loop in a background thread (benchmarks, tests, embedding)."""
+
+    def __init__(self, settings: ServerSettings, voices: Mapping[str, Voice], psk: bytes | None, *,
+                 tls: ssl.SSLContext | None = None) -> None:
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="offload-server", daemon=True)
+        self.thread.start()
+
+        async def make() -> SynthServer:
+            server = SynthServer(settings, voices, psk, tls=tls)
+            await server.start()
+            return server
+
+        try:
+            self.server = self.call(make())
+        except BaseException:
+            self._stop_loop()
+            raise
+        self.host, self.port = self.server.address
+        self.uri = f"{'tls' if tls else 'tcp'}://127.0.0.1:{self.port}"
+
+    def call(self, coro: Any, timeout: float = 60) -> Any:
+        """Run a coroutine on the server's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        if self.loop.is_closed() or not self.loop.is_running():
+            return
+        self.call(self.server.shutdown())
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        async def drain() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        self.call(drain())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()

@@ -1,0 +1,147 @@
+"""Kokoro-82M (int8 ONNX) voices: espeak-ng phonemes through the model's vocabulary.
+
+The model takes `tokens` [1, n] (ids from `vocab.json`, padded with 0 on both
+sides), `style` [1, 256] (row `n` of the voice pack: the style depends on the
+utterance length) and `speed` [1]; it returns 24 kHz float audio. Its batch
+dimension is fixed at 1, so a server runs sentences concurrently, not batched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from edge_agent.errors import ModelError
+from edge_agent.runtime import make_session
+from edge_agent.tts.normalize import normalize
+from edge_agent.tts.sentences import split_sentences
+from edge_agent.tts.voice import Samples
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 24000
+ESPEAK_VOICE = "en-us"
+_PAD = 0
+
+
+class KokoroVoice:
+    """A loaded Kokoro voice with one speaker's style pack."""
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, voice_id: str, session: Any, vocab: dict[str, int],
+                 styles: npt.NDArray[np.float32], *, speed: float = 1.0,
+                 espeak_voice: str = ESPEAK_VOICE) -> None:
+        self.id = voice_id
+        self._session = session
+        self.vocab = vocab
+        self._styles = styles
+        self.max_tokens = styles.shape[0] - 1
+        """Longest token sequence (without pads) one model call takes."""
+        self._speed = np.array([speed], dtype=np.float32)
+        self.espeak_voice = espeak_voice
+
+    @staticmethod
+    def load(voice_id: str, model: Path, vocab: Path, voices: Path, *, speaker: str,
+             threads: int = 1, speed: float = 1.0, spin: bool = True) -> KokoroVoice:
+        table = load_vocab(vocab)
+        styles = load_styles(voices, speaker)
+        return KokoroVoice(voice_id, make_session(model, threads, spin=spin), table, styles, speed=speed)
+
+    def sentences(self, text: str) -> list[str]:
+        return split_sentences(normalize(text))
+
+    def phoneme_ids(self, sentence: str) -> list[list[int]]:
+        """Token ids per model call (espeak sentences joined up to `max_tokens`)."""
+        from piper_phonemize import phonemize_espeak
+
+        calls: list[list[int]] = []
+        current: list[int] = []
+        space = self.vocab.get(" ")
+        for phonemes in phonemize_espeak(sentence, self.espeak_voice):
+            ids = [self.vocab[p] for p in phonemes if p in self.vocab]
+            for piece in _cut(ids, self.max_tokens, space):
+                joined = [*current, space, *piece] if current and space is not None else [*current, *piece]
+                if len(joined) <= self.max_tokens:
+                    current = joined
+                else:
+                    calls.append(current)
+                    current = piece
+        if current:
+            calls.append(current)
+        return [c for c in calls if c]
+
+    def synthesize_ids(self, ids: list[int]) -> Samples:
+        if not 0 < len(ids) <= self.max_tokens:
+            raise ValueError(f"{len(ids)} tokens: Kokoro takes 1..{self.max_tokens}")
+        inputs = {
+            "tokens": np.array([[_PAD, *ids, _PAD]], dtype=np.int64),
+            "style": self._styles[len(ids)],
+            "speed": self._speed,
+        }
+        audio: Samples = self._session.run(None, inputs)[0].reshape(-1)
+        return np.clip(audio, -1.0, 1.0).astype(np.float32, copy=False)
+
+    def synthesize_sentence(self, sentence: str) -> Iterator[Samples]:
+        for ids in self.phoneme_ids(sentence):
+            yield self.synthesize_ids(ids)
+
+    def close(self) -> None:
+        self._session = None
+
+
+def load_vocab(path: Path) -> dict[str, int]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        table = doc["vocab"] if isinstance(doc, dict) and "vocab" in doc else doc
+        vocab = {str(k): int(v) for k, v in table.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ModelError(f"{path}: not a Kokoro vocabulary ({exc})") from None
+    if not vocab:
+        raise ModelError(f"{path}: empty Kokoro vocabulary")
+    return vocab
+
+
+def load_styles(path: Path, speaker: str) -> npt.NDArray[np.float32]:
+    try:
+        with np.load(path, allow_pickle=False) as pack:
+            known = sorted(pack.files)
+            if speaker not in known:
+                raise ModelError(f"{path}: no speaker {speaker!r} (known: {', '.join(known)})")
+            styles = np.asarray(pack[speaker], dtype=np.float32)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{path}: not a Kokoro voice pack ({exc})") from None
+    if styles.ndim != 3 or styles.shape[1:] != (1, 256) or styles.shape[0] < 2:
+        raise ModelError(f"{path}: speaker {speaker!r} has style shape {styles.shape}, "
+                         "expected (n, 1, 256)")
+    return styles
+
+
+def _cut(ids: list[int], limit: int, space: int | None) -> Iterator[list[int]]:
+    """Split an over-long token run at spaces (or anywhere, as a last resort)."""
+    while len(ids) > limit:
+        window = ids[:limit + 1]
+        at = max((i for i, t in enumerate(window) if t == space), default=0) if space is not None else 0
+        at = at if at > 0 else limit
+        yield ids[:at]
+        ids = ids[at + 1:] if at < len(ids) and ids[at] == space else ids[at:]
+    if ids:
+        yield ids
+
+
+def loader(store: Any, *, speaker: str, threads: int, spin: bool = True) -> Any:
+    """A `VoiceRegistry` loader for catalog entries of runtime `kokoro`."""
+
+    def load(voice_id: str) -> KokoroVoice:
+        files = store.require(voice_id)
+        model = next(f.name for f in files.entry.files if f.name.endswith(".onnx"))
+        return KokoroVoice.load(voice_id, files.path(model), files.path("vocab.json"),
+                                files.path("voices_ja.npz"), speaker=speaker, threads=threads, spin=spin)
+
+    return load
