@@ -15,7 +15,7 @@ restart during trial rolls back, so a config that crashes the agent cannot keep
 it in a crash loop). Model links are derived from it at every start.
 
 Steps, each a crash point (`EDGE_AGENT_CRASH_AT=fleet:<step>`): verified,
-downloaded, catalog-written, version:temp-written, version:renamed, active:temp-written,
+catalog-written, downloaded, version:temp-written, version:renamed, active:temp-written,
 active:renamed, links, health-checked, commit:temp-written, commit:renamed.
 """
 
@@ -52,7 +52,7 @@ from edge_agent.safeyaml import load_yaml_file
 log = logging.getLogger(__name__)
 
 STEPS = (
-    "verified", "downloaded", "catalog-written", "version:temp-written", "version:renamed",
+    "verified", "catalog-written", "downloaded", "version:temp-written", "version:renamed",
     "active:temp-written", "active:renamed", "links", "health-checked",
     "commit:temp-written", "commit:renamed",
 )

@@ -44,7 +44,9 @@ class LocalBroker:
     """mosquitto in `workdir`, with its config, persistence file and log there."""
 
     def __init__(self, workdir: Path, *, persistence: bool = True, extra: str = "",
+                 listener_options: str = "", allow_anonymous: bool = True,
                  executable: str | None = None) -> None:
+        """`listener_options` follow the listener line (TLS files); `extra` ends the file."""
         exe = executable or find_mosquitto()
         if exe is None:
             raise UsageError("mosquitto is not installed (apt install mosquitto)")
@@ -52,6 +54,8 @@ class LocalBroker:
         self.workdir = workdir
         self.persistence = persistence
         self.extra = extra
+        self.listener_options = listener_options
+        self.allow_anonymous = allow_anonymous
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         workdir.mkdir(parents=True, exist_ok=True)
@@ -71,7 +75,8 @@ class LocalBroker:
     def _config(self) -> Path:
         lines = [
             f"listener {self.port} 127.0.0.1",
-            "allow_anonymous true",
+            *([self.listener_options] if self.listener_options else []),
+            f"allow_anonymous {'true' if self.allow_anonymous else 'false'}",
             f"log_dest file {self.log_path}",
             "log_type error",
             "log_type warning",
@@ -122,6 +127,28 @@ class LocalBroker:
             except OSError:
                 time.sleep(0.02)
         return False
+
+    def wait_saved(self, since_ns: int, timeout: float = 30.0) -> bool:
+        """Wait until the database on disk was written after `since_ns` (`time.time_ns()`):
+        what happened before that survives a SIGKILL."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if self.db_path.stat().st_mtime_ns > since_ns:
+                    return True
+            except FileNotFoundError:
+                pass
+            time.sleep(0.01)
+        return False
+
+    def save(self, timeout: float = 30.0) -> None:
+        """Make mosquitto write its database now (SIGUSR1) and wait until it has."""
+        if self.proc is None:
+            raise RuntimeError("broker is not running")
+        since = time.time_ns()
+        self.proc.send_signal(signal.SIGUSR1)
+        if not self.wait_saved(since, timeout):
+            raise RuntimeError(f"mosquitto did not save within {timeout:g} s")
 
     def kill(self) -> None:
         """SIGKILL: no final save, exactly like a power cut of the broker."""
