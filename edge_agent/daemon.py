@@ -229,7 +229,7 @@ class Daemon:
         if state == "online":
             doc["uptime_s"] = round(time.monotonic() - self._started, 1)
             doc["queued"] = len(self.announcements.queue)
-        return Message.json(self.topics.status, doc, qos=1, retain=True)
+        return Message.json(self.topics.status, doc, qos=1, retain=True, coalesce=True)
 
     def _publish_announce_status(self, doc: dict[str, Any]) -> None:
         self._publish(Message.json(self.topics.announce_status, doc, qos=1))

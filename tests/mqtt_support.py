@@ -151,6 +151,7 @@ class DaemonProcess:
         if self.config is not None:
             cmd += ["--config", str(self.config)]
         env = {**self.env, **(extra_env or {})}
+        self.workdir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env)
         return self

@@ -183,8 +183,9 @@ class FleetManager:
         if not payload:
             return True  # a cleared retained message
         if len(payload) > self.settings.max_payload_bytes:
-            self._publish(Report(None, "rejected", f"payload is {len(payload)} bytes, the limit is "
-                                 f"{self.settings.max_payload_bytes}", self.active.version))
+            reason = f"payload is {len(payload)} bytes, the limit is {self.settings.max_payload_bytes}"
+            log.warning("config rejected: %s", reason)
+            self._publish(Report(None, "rejected", reason, self.active.version))
             return True
         name = f"{time.time_ns():020d}-{hashlib.sha256(payload).hexdigest()[:8]}.msg"
         try:

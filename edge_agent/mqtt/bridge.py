@@ -62,17 +62,21 @@ class Message:
     payload: bytes
     qos: int = 1
     retain: bool = False
+    coalesce: bool = False
+    """Only the newest queued message of this topic matters (a retained state); older ones
+    still waiting in the outbox are dropped when it is queued."""
 
     @staticmethod
-    def json(topic: str, doc: dict[str, Any], qos: int = 1, retain: bool = False) -> Message:
-        return Message(topic, json.dumps(doc, separators=(",", ":")).encode(), qos, retain)
+    def json(topic: str, doc: dict[str, Any], qos: int = 1, retain: bool = False,
+             coalesce: bool = False) -> Message:
+        return Message(topic, json.dumps(doc, separators=(",", ":")).encode(), qos, retain, coalesce)
 
 
 class Outbox:
     """Messages waiting for the network thread, bounded; the oldest are dropped when full.
 
-    A retained message replaces a queued one on the same topic: only the latest
-    retained state matters, and a long outage must not fill the queue with them.
+    A `coalesce` message replaces a queued one on the same topic: only the latest
+    state matters, and a long outage must not fill the queue with heartbeats.
     """
 
     def __init__(self, limit: int) -> None:
@@ -83,9 +87,9 @@ class Outbox:
 
     def put(self, message: Message) -> None:
         with self._lock:
-            if message.retain:
+            if message.coalesce:
                 for queued in self._items:
-                    if queued.retain and queued.topic == message.topic:
+                    if queued.coalesce and queued.topic == message.topic:
                         self._items.remove(queued)
                         break
             while len(self._items) >= self.limit:

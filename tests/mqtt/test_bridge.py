@@ -114,16 +114,19 @@ def test_the_will_marks_the_device_offline_when_the_connection_dies(broker, tmp_
         watcher.close()
 
 
-def test_the_outbox_is_bounded_and_keeps_only_the_latest_retained_state():
+def test_the_outbox_is_bounded_and_keeps_only_the_latest_heartbeat():
     box = Outbox(3)
-    box.put(Message("status", b"online-1", retain=True))
+    box.put(Message("status", b"online-1", retain=True, coalesce=True))
     box.put(Message("a", b"1"))
-    box.put(Message("status", b"online-2", retain=True))
-    assert [m.payload for m in _drain(box)] == [b"1", b"online-2"]
+    box.put(Message("status", b"online-2", retain=True, coalesce=True))
+    box.put(Message("config/status", b"report-1", retain=True))
+    box.put(Message("config/status", b"report-2", retain=True))  # every report counts
+    assert [m.payload for m in _drain(box)] == [b"online-2", b"report-1", b"report-2"]
+    assert box.dropped == 1
     for i in range(5):
         box.put(Message("a", str(i).encode()))
     assert [m.payload for m in _drain(box)] == [b"2", b"3", b"4"]
-    assert box.dropped == 2
+    assert box.dropped == 3
 
 
 def _drain(box):
