@@ -80,6 +80,11 @@ class Announcements:
                 item.sink.abort()
         self.journal.close()
 
+    @property
+    def running(self) -> bool:
+        """The speaker thread is taking announcements."""
+        return self._thread is not None and self._thread.is_alive()
+
     def update(self, settings: AnnouncementSettings) -> None:
         self.settings = settings
 
