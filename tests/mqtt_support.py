@@ -131,13 +131,15 @@ class DaemonProcess:
     """`edge-agent run` in a subprocess; its JSON log lines accumulate in one file across restarts."""
 
     def __init__(self, workdir: Path, broker_url: str, device: str = "dev1", *, config: Path | None = None,
-                 group: str = "default", extra_env: dict[str, str] | None = None) -> None:
+                 group: str = "default", extra_env: dict[str, str] | None = None,
+                 use_out_dir: bool = True) -> None:
         self.workdir = workdir
         self.device = device
         self.broker_url = broker_url
         self.config = config
         self.group = group
         self.out_dir = workdir / "out"
+        self.use_out_dir = use_out_dir
         self.log_path = workdir / "daemon.log"
         self.env = dict(os.environ)
         self.env["XDG_STATE_HOME"] = str(workdir / "state")
@@ -146,8 +148,10 @@ class DaemonProcess:
 
     def start(self, extra_env: dict[str, str] | None = None) -> DaemonProcess:
         cmd = [sys.executable, "-m", "edge_agent", "run", "--broker", self.broker_url,
-               "--device-id", self.device, "--group", self.group, "--out-dir", str(self.out_dir),
+               "--device-id", self.device, "--group", self.group,
                "--set", "daemon.metrics_s=1", "--set", "mqtt.reconnect_max_s=1"]
+        if self.use_out_dir:
+            cmd += ["--out-dir", str(self.out_dir)]
         if self.config is not None:
             cmd += ["--config", str(self.config)]
         env = {**self.env, **(extra_env or {})}

@@ -158,6 +158,7 @@ class Bridge:
         self._unacked: set[int] = set()
         self._drop = False
         self._final: list[Message] = []
+        self._stop_deadline = 0.0
         self._connecting_since = 0.0
         self._attempts = 0
         self._thread: threading.Thread | None = None
@@ -240,7 +241,9 @@ class Bridge:
     def _connected_cb(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any,
                       props: Any) -> None:
         if reason.is_failure:
-            log.error("broker %s refused the connection: %s", self.settings.broker, reason)
+            if self._loud():
+                log.error("broker %s refused the connection (attempt %d): %s", self.settings.broker,
+                          self._attempts, reason)
             return
         self._attempts = 0
         self._connected.set()
@@ -295,26 +298,30 @@ class Bridge:
     # -- network thread ------------------------------------------------------------------
 
     def _run(self) -> None:
-        try:
-            while not self._stopping.is_set():
+        while not self._stopping.is_set():
+            try:
                 if self._client.socket() is None:
                     self._connected.clear()
                     if not self._try_connect():
                         self._stopping.wait(self._backoff())
                         continue
                 self._step(0.5)
+            except Exception:  # a bug here must cost a reconnect, not the daemon's MQTT
+                log.exception("MQTT network loop failed; reconnecting")
+                with contextlib.suppress(Exception):
+                    self._close_socket()
+                self._stopping.wait(self._backoff())
+        try:
             self._shutdown()
-        except Exception:  # pragma: no cover - a bug here must not kill the daemon silently
-            log.exception("MQTT network thread failed")
-            self._connected.clear()
+        except Exception:
+            log.exception("MQTT shutdown failed")
 
     def _try_connect(self) -> bool:
         self._attempts += 1
         try:
             rc = self._client.reconnect()
         except (OSError, ValueError) as exc:
-            loud = self._attempts in (1, 10) or self._attempts % 100 == 0
-            level = logging.WARNING if loud else logging.DEBUG
+            level = logging.WARNING if self._loud() else logging.DEBUG
             log.log(level, "broker %s unreachable (attempt %d): %s", self.settings.broker,
                     self._attempts, exc)
             return False
@@ -322,6 +329,10 @@ class Bridge:
             return False
         self._connecting_since = time.monotonic()
         return True
+
+    def _loud(self) -> bool:
+        """Log the 1st, 10th and every 100th failure of a streak, not all of them."""
+        return self._attempts in (1, 10) or self._attempts % 100 == 0
 
     def _backoff(self) -> float:
         """Exponential growth with jitter in its upper half."""
@@ -404,7 +415,7 @@ class Bridge:
             self._save_subscribed()
 
     def _shutdown(self) -> None:
-        deadline = getattr(self, "_stop_deadline", time.monotonic() + 3)
+        deadline = self._stop_deadline
         if self._connected.is_set():
             for message in self._final:
                 self.outbox.put(message)

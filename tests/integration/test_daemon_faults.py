@@ -159,3 +159,27 @@ def test_sigterm_mid_announcement_resumes_the_rest_after_a_restart(daemon, watch
     watcher.wait("edge/dev1/announce/status",
                  lambda d: d["id"] == "long" and d["state"] == "done" and d["ts"] > t0)
     assert daemon.spoken().count("long") == 1
+
+
+def test_without_a_sound_card_the_daemon_says_so_once_and_uses_the_fallback(tmp_path, broker, watcher):
+    from edge_agent.audio.sinks import AudioUnavailable, SoundDeviceSink
+
+    try:
+        SoundDeviceSink(22050).abort()
+        pytest.skip("this machine has a usable sound card")
+    except AudioUnavailable:
+        pass
+    config = tmp_path / "device.yaml"
+    config.write_text(f"audio:\n  output: sounddevice\n  fallback: wav\n  fallback_dir: {tmp_path / 'fb'}\n")
+    daemon = DaemonProcess(tmp_path, broker.url, config=config, use_out_dir=False)
+    try:
+        daemon.start().wait_running()
+        producer = Producer(broker.url)
+        for ann_id in ("card-1", "card-2"):
+            producer.publish("edge/dev1/announce", ann(ann_id))
+        watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "card-2" and d["state"] == "done")
+        warnings = [line for line in daemon.log_lines() if "falling back" in str(line.get("msg"))]
+        assert len(warnings) == 1
+        assert len(list((tmp_path / "fb").glob("*card-*.wav"))) == 2
+    finally:
+        daemon.close()
