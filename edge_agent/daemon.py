@@ -3,8 +3,9 @@
 One asyncio loop owns the timers (heartbeat, metrics), the fleet worker and
 shutdown; the MQTT network loop, the speaker and the listener run in their own
 threads and hand work over through thread-safe queues. The daemon depends on
-protocols only: any `Synthesizer` (the local voice today, the offload router
-later) and any `Listener` (started only when an ASR model is present).
+protocols only: any `Synthesizer` (by default the offload router, which is the
+local voice unless `offload` names a server) and any `Listener` (started only
+when an ASR model is present).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import dataclasses
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,6 +79,15 @@ def local_synthesizer(settings: Settings) -> Synthesizer:
     return LocalSynthesizer(VoiceRegistry(store, settings.tts), settings.tts)
 
 
+def routed_synthesizer(settings: Settings) -> Synthesizer:
+    """The offload router: the server's voice when `offload` says so and it is healthy, the local
+    voice otherwise (sentence by sentence, each spoken once)."""
+    from edge_agent.offload.router import make_synthesizer
+
+    store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
+    return make_synthesizer(settings, store)
+
+
 def no_listener(settings: Settings) -> Listener | None:
     """No ASR component in this build: the daemon announces but does not listen."""
     return None
@@ -97,7 +108,7 @@ class Daemon:
     """The running agent."""
 
     def __init__(self, source: SettingsSource, *,
-                 synthesizer_factory: SynthesizerFactory = local_synthesizer,
+                 synthesizer_factory: SynthesizerFactory = routed_synthesizer,
                  listener_factory: ListenerFactory = no_listener,
                  opener_factory: Callable[[Settings], SinkOpener] | None = None) -> None:
         self.source = source
@@ -176,6 +187,7 @@ class Daemon:
         if self.listener is not None:
             self.listener.stop()
         self.announcements.stop()
+        _close(self.synth)
         if self.bridge is not None:
             self.bridge.stop([self._status_message("offline")])
 
@@ -280,10 +292,15 @@ class Daemon:
                    if getattr(old, f.name) != getattr(new, f.name)}
         if changed & {"tts", "models", "offload"}:
             synth = self._make_synth(new)
-            samples = sum(len(chunk.samples) for chunk in synth.stream(HEALTH_TEXT))
-            if samples == 0:
-                raise EdgeError("the reloaded voice produced no audio")
-            self.synth = synth
+            try:
+                samples = sum(len(chunk.samples) for chunk in synth.stream(HEALTH_TEXT))
+                if samples == 0:
+                    raise EdgeError("the reloaded voice produced no audio")
+            except BaseException:
+                _close(synth)
+                raise
+            old_synth, self.synth = self.synth, synth
+            self._retire(old_synth)
             self._voices = frozenset(load_catalog(new.models.catalog).ids(task="tts"))
         if changed & {"audio", "daemon"}:
             self.opener = self._make_opener(new)
@@ -300,6 +317,16 @@ class Daemon:
                 self.bridge.set_subscriptions(self.topics.subscriptions())
         log.info("config version %d active (reloaded: %s)", active.version,
                  ", ".join(sorted(changed)) or "nothing", extra={"config_version": active.version})
+
+    def _retire(self, synth: Synthesizer) -> None:
+        """Close a replaced synthesizer once the announcement that may still use it is over."""
+        def wait_then_close() -> None:
+            deadline = time.monotonic() + 300
+            while self.announcements.busy.is_set() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            _close(synth)
+
+        threading.Thread(target=wait_then_close, name="retire-synth", daemon=True).start()
 
     # -- listener ------------------------------------------------------------------------
 
@@ -331,6 +358,16 @@ class Daemon:
         doc = {"text": transcript.text, "start": round(float(transcript.start), 3),
                "end": round(float(transcript.end), 3), "ts": round(time.time(), 3)}
         self._publish(Message.json(self.topics.transcript, doc, qos=1))
+
+
+def _close(synth: Synthesizer) -> None:
+    """Synthesizers with connections (the offload router) have `close`; the local one does not."""
+    close = getattr(synth, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:
+            log.exception("closing a synthesizer failed")
 
 
 def default_opener(settings: Settings) -> SinkOpener:
