@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import threading
 import time
@@ -106,6 +107,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             "daemon.metrics_s": 0, "daemon.listen": False, "daemon.out_dir": None,
         }
         source = SettingsSource(Path(args.config) if args.config else None, overrides)
+        load_before = os.getloadavg()[0]
         opener = _TimingOpener()
         reference = local_synthesizer(source.build())
         daemon = Daemon(source, opener_factory=lambda _s: opener)
@@ -114,6 +116,10 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         finally:
             if broker is not None:
                 broker.kill()
+    load_after = os.getloadavg()[0]
+    result["loadavg_1min"] = [round(load_before, 2), round(load_after, 2)]
+    lines.append(f"machine load (1-min average) before/after: {load_before:.2f} / {load_after:.2f} "
+                 f"on {os.cpu_count()} CPUs: absolute times are only comparable at similar load")
     result |= {"broker": "private mosquitto" if args.broker is None else args.broker,
                "voice": daemon.settings.tts.voice, "threads": daemon.settings.tts.threads,
                "machine": machine()}
