@@ -7,12 +7,14 @@ Every error names the key path (`tts.voice: unknown voice 'x'`).
 
 from __future__ import annotations
 
+import base64
+import copy
 import dataclasses
 import os
 import socket
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -119,6 +121,36 @@ class MqttSettings:
     """`mqtt://HOST:PORT` or `mqtts://HOST:PORT`; empty disables MQTT."""
     prefix: str = "edge"
     """First topic level of every topic."""
+    client_id: str = ""
+    """MQTT client id; empty means `edge-agent-<device id>`. Must stay stable: the broker keeps
+    the session (subscriptions, queued announcements) under it."""
+    username: str = ""
+    password: str = ""
+    """Prefer `password_file`: this file may be readable by others."""
+    password_file: Path | None = None
+    """File whose first line is the password (wins over `password`)."""
+    tls_ca: Path | None = None
+    """CA bundle for `mqtts://`; None uses the system's trusted CAs."""
+    tls_cert: Path | None = None
+    """Client certificate (PEM) for brokers that require one."""
+    tls_key: Path | None = None
+    """Private key of `tls_cert`."""
+    keepalive_s: int = 30
+    """MQTT keepalive: a dead connection is noticed after about 1.5 times this."""
+    session_expiry_s: int = 604800
+    """How long the broker keeps this device's session (and queues announcements) while it
+    is offline; must be more than 0 for announcements published while it is down to arrive."""
+    reconnect_min_s: float = 0.5
+    reconnect_max_s: float = 30.0
+    """Reconnect delays grow from min to max with random jitter, so a fleet does not
+    reconnect in lock-step after a broker restart."""
+    outbound_queue: int = 1000
+    """Most messages waiting to be sent while the broker is unreachable; the oldest are dropped."""
+    heartbeat_s: float = 30.0
+    """How often the retained `online` status is refreshed."""
+    max_packet_bytes: int = 16777216
+    """Largest MQTT packet the broker may send us (bigger ones it drops); payloads over the
+    announcement or fleet limits but under this are answered with `rejected`."""
 
     def __post_init__(self) -> None:
         if self.broker:
@@ -128,6 +160,115 @@ class MqttSettings:
                 raise ValueError(f"broker: {exc}") from None
         if not self.prefix or any(c in self.prefix for c in "+#\x00"):
             raise ValueError(f"prefix: {self.prefix!r} is not a valid topic prefix")
+        if any(c in self.client_id for c in "+#/\x00"):
+            raise ValueError(f"client_id: {self.client_id!r} may not contain '+', '#', '/' or NUL")
+        if self.keepalive_s < 5:
+            raise ValueError(f"keepalive_s: {self.keepalive_s} is below 5")
+        if self.session_expiry_s <= 0:
+            raise ValueError("session_expiry_s: must be more than 0 (0 drops the session at disconnect)")
+        if not 0 < self.reconnect_min_s <= self.reconnect_max_s:
+            raise ValueError("reconnect_min_s and reconnect_max_s: need 0 < min <= max")
+        if self.outbound_queue < 1:
+            raise ValueError(f"outbound_queue: {self.outbound_queue} is below 1")
+        if self.heartbeat_s <= 0:
+            raise ValueError(f"heartbeat_s: {self.heartbeat_s} must be positive")
+        if self.max_packet_bytes < 65536:
+            raise ValueError(f"max_packet_bytes: {self.max_packet_bytes} is below 65536")
+
+
+@dataclass(frozen=True)
+class AnnouncementSettings:
+    """Announcements received over MQTT."""
+
+    state_dir: Path = field(default_factory=lambda: _state_home() / "announcements")
+    """Journal of accepted announcements and the ids already seen (survives restarts)."""
+    max_payload_bytes: int = 65536
+    """Larger announcement payloads are rejected unparsed."""
+    max_text_chars: int = 5000
+    default_priority: int = 5
+    """Priority of announcements that do not name one (0 low .. 9 urgent)."""
+    interrupt: bool = True
+    """A higher-priority announcement interrupts the one speaking at its next sentence
+    boundary; the interrupted one resumes afterwards from the following sentence."""
+    queue_max: int = 1000
+    """Most announcements waiting; beyond that new ones are rejected."""
+    dedupe_max_ids: int = 100000
+    """Ids remembered to refuse repeats; the oldest finished ones are forgotten first."""
+    dedupe_max_age_days: float = 30.0
+    """Finished ids older than this are forgotten."""
+
+    def __post_init__(self) -> None:
+        if not 256 <= self.max_payload_bytes <= 16777216:
+            raise ValueError(f"max_payload_bytes: {self.max_payload_bytes} is outside 256..16777216")
+        if self.max_text_chars < 1:
+            raise ValueError(f"max_text_chars: {self.max_text_chars} is below 1")
+        if not 0 <= self.default_priority <= 9:
+            raise ValueError(f"default_priority: {self.default_priority} is outside 0..9")
+        if self.queue_max < 1 or self.dedupe_max_ids < 1 or self.dedupe_max_age_days <= 0:
+            raise ValueError("queue_max, dedupe_max_ids and dedupe_max_age_days must be positive")
+
+
+FLEET_ALWAYS_PROTECTED = ("device.id", "fleet")
+"""Keys no fleet config may set, whatever `fleet.protected_keys` says."""
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """Signed configuration pushed by the fleet operator."""
+
+    trusted_keys: tuple[str, ...] = ()
+    """Ed25519 public keys (base64 of the 32 raw bytes, as `edge-agent fleet keygen` prints)
+    whose signatures are accepted; empty refuses every fleet config."""
+    protected_keys: tuple[str, ...] = (
+        "device.id", "fleet", "mqtt", "models", "announcements.state_dir", "daemon",
+    )
+    """Dotted keys (a section protects everything below it) a fleet config may not set.
+    `device.id` and `fleet` are always protected."""
+    state_dir: Path = field(default_factory=lambda: _state_home() / "fleet")
+    """Active and previous config, the highest version applied, the inbox."""
+    max_payload_bytes: int = 262144
+    """Larger config payloads are rejected unparsed."""
+    max_model_bytes: int = 2147483648
+    """Largest model file a fleet config may ask to download."""
+    download_timeout_s: float = 30.0
+    """Socket timeout of model downloads (per read, not for the whole file)."""
+    download_attempts: int = 5
+    """Tries per file; each resumes where the last stopped (HTTP Range)."""
+    probe_timeout_s: float = 120.0
+    """Time allowed to test-load a downloaded model in a separate process."""
+
+    def __post_init__(self) -> None:
+        for key in self.trusted_keys:
+            try:
+                raw = base64.b64decode(key, validate=True)
+            except ValueError:
+                raw = b""
+            if len(raw) != 32:
+                raise ValueError(f"trusted_keys: {key[:16]!r}... is not a base64 Ed25519 public key")
+        if self.max_payload_bytes < 1024 or self.max_model_bytes < 1:
+            raise ValueError("max_payload_bytes (>= 1024) and max_model_bytes must be positive")
+        if self.download_attempts < 1 or self.download_timeout_s <= 0 or self.probe_timeout_s <= 0:
+            raise ValueError("download_attempts, download_timeout_s and probe_timeout_s must be positive")
+
+    @property
+    def protected(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((*FLEET_ALWAYS_PROTECTED, *self.protected_keys)))
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    """`edge-agent run`."""
+
+    out_dir: Path | None = None
+    """Write each announcement to `<out_dir>/<id>.wav` instead of the sound card."""
+    metrics_s: float = 60.0
+    """How often a metrics snapshot is published; 0 turns it off."""
+    listen: bool = True
+    """Listen and publish transcripts when an ASR model is present."""
+
+    def __post_init__(self) -> None:
+        if self.metrics_s < 0:
+            raise ValueError(f"metrics_s: {self.metrics_s} is negative")
 
 
 @dataclass(frozen=True)
@@ -272,6 +413,9 @@ class Settings:
     offload: OffloadSettings = field(default_factory=OffloadSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     logging: LoggingSettings = field(default_factory=LoggingSettings)
+    announcements: AnnouncementSettings = field(default_factory=AnnouncementSettings)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
+    daemon: DaemonSettings = field(default_factory=DaemonSettings)
 
 
 T = TypeVar("T")
@@ -426,8 +570,10 @@ def load_settings(
     overrides: Mapping[str, Any] | None = None,
     *,
     env: Mapping[str, str] | None = None,
+    layers: Sequence[Mapping[str, Any]] = (),
 ) -> Settings:
-    """Defaults, then `path` (or $EDGE_AGENT_CONFIG), then `overrides` (dotted keys)."""
+    """Defaults, then `path` (or $EDGE_AGENT_CONFIG), then `layers` (plain trees, deep-merged
+    in order: a fleet config), then `overrides` (dotted keys)."""
     env = os.environ if env is None else env
     if path is None and env.get(CONFIG_ENV):
         path = Path(env[CONFIG_ENV])
@@ -437,6 +583,8 @@ def load_settings(
         if doc is not None and not isinstance(doc, dict):
             raise ConfigError(f"{path}: top level must be a mapping, got {_kind(doc)}")
         tree = doc or {}
+    for layer in layers:
+        tree = merge(tree, copy.deepcopy(dict(layer)))  # overrides below mutate the tree
     for dotted, value in (overrides or {}).items():
         _apply_override(tree, dotted, value)
     settings = build(Settings, tree)

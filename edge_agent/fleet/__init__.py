@@ -1,0 +1,1 @@
+"""Fleet management: signed config envelopes, atomic apply with rollback, model updates."""

@@ -1,0 +1,1 @@
+"""MQTT: the broker connection, the topic layout and announcements."""

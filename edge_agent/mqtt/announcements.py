@@ -1,0 +1,146 @@
+"""Announcement payloads: parsed and checked before anything is queued.
+
+`{id, text, voice?, priority? (0..9, default 5), expires_at? (unix s), volume? (0..1),
+chime?}`. Every problem becomes a `Rejected` with a reason the producer can act
+on; unknown keys are ignored so newer producers work with older devices.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Collection
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from edge_agent.config import AnnouncementSettings
+
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$")
+"""Ids name files (`--out-dir`), so they are plain: letters, digits and `._:@+=-`."""
+
+STATES = ("queued", "speaking", "done", "expired", "rejected", "failed")
+FINAL_STATES = ("done", "expired", "failed")
+
+
+class Rejected(Exception):
+    """An announcement payload that will not be spoken, and why."""
+
+    def __init__(self, reason: str, announcement_id: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.id = announcement_id
+
+
+@dataclass(frozen=True)
+class Announcement:
+    """One accepted announcement."""
+
+    id: str
+    text: str
+    voice: str | None = None
+    priority: int = 5
+    """0 low .. 9 urgent."""
+    expires_at: float | None = None
+    """Unix seconds after which it is not spoken any more."""
+    volume: float = 1.0
+    """0..1, on top of `audio.volume`."""
+    chime: bool = False
+    """Play a short attention chime first."""
+    received_at: float = 0.0
+    """Unix seconds when the device accepted it."""
+
+    def expired(self, now: float | None = None) -> bool:
+        return self.expires_at is not None and (time.time() if now is None else now) >= self.expires_at
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(doc: dict[str, Any]) -> Announcement:
+        return Announcement(**doc)
+
+
+def parse_announcement(payload: bytes, settings: AnnouncementSettings, voices: Collection[str],
+                       now: float | None = None) -> Announcement:
+    """Check `payload` against the limits and the schema; raise `Rejected` with the reason."""
+    if len(payload) > settings.max_payload_bytes:
+        raise Rejected(f"payload is {len(payload)} bytes, the limit is {settings.max_payload_bytes}")
+    doc = _decode(payload)
+    raw_id = doc.get("id")
+    if not isinstance(raw_id, str) or not raw_id:
+        raise Rejected("missing 'id' (a non-empty string)")
+    if not ID_PATTERN.match(raw_id):
+        raise Rejected("'id' must be 1-128 characters of letters, digits and ._:@+=- "
+                       "(starting with a letter or digit)")
+    ann_id = raw_id
+
+    def reject(reason: str) -> Rejected:
+        return Rejected(reason, ann_id)
+
+    text = doc.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise reject("missing 'text' (a non-empty string)")
+    if len(text) > settings.max_text_chars:
+        raise reject(f"'text' has {len(text)} characters, the limit is {settings.max_text_chars}")
+    voice = doc.get("voice")
+    if voice is not None:
+        if not isinstance(voice, str):
+            raise reject("'voice' must be a string")
+        if voice not in voices:
+            raise reject(f"unknown voice {voice!r} (known: {', '.join(sorted(voices))})")
+    priority = doc.get("priority", settings.default_priority)
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+        raise reject("'priority' must be an integer 0..9")
+    expires_at = doc.get("expires_at")
+    if expires_at is not None and not _finite_number(expires_at):
+        raise reject("'expires_at' must be a number (unix seconds)")
+    volume = doc.get("volume", 1.0)
+    if not _finite_number(volume) or not 0.0 <= volume <= 1.0:
+        raise reject("'volume' must be a number 0..1")
+    chime = doc.get("chime", False)
+    if not isinstance(chime, bool):
+        raise reject("'chime' must be true or false")
+    return Announcement(
+        id=ann_id, text=text, voice=voice, priority=priority,
+        expires_at=float(expires_at) if expires_at is not None else None,
+        volume=float(volume), chime=chime, received_at=time.time() if now is None else now,
+    )
+
+
+def _decode(payload: bytes) -> dict[str, Any]:
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Rejected(f"payload is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        doc = json.loads(text, parse_constant=_no_constants)
+    except json.JSONDecodeError as exc:
+        raise Rejected(f"invalid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    except (RecursionError, ValueError) as exc:
+        raise Rejected(f"invalid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise Rejected(f"payload must be a JSON object, not {type(doc).__name__}")
+    return doc
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def status(ann_id: str | None, state: str, *, engine: str | None = None, error: str | None = None,
+           **extra: Any) -> dict[str, Any]:
+    """An `announce/status` payload."""
+    doc: dict[str, Any] = {"id": ann_id, "state": state}
+    if engine is not None:
+        doc["engine"] = engine
+    if error is not None:
+        doc["error"] = error
+    doc.update(extra)
+    doc["ts"] = round(time.time(), 3)
+    return doc

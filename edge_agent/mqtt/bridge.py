@@ -1,0 +1,459 @@
+"""The broker connection: one network thread owns the paho client.
+
+paho-mqtt is driven as an external event loop (`loop_read` / `loop_write` /
+`loop_misc` around our own `select`), so that
+
+- every paho call happens on one thread (publishing from several threads has
+  deadlocked paho before), while other threads hand messages over through a
+  bounded `Outbox` and wake the loop through a socket pair;
+- reconnecting is ours: delays grow from `reconnect_min_s` to `reconnect_max_s`
+  with random jitter (paho's own backoff has none, so a fleet would hammer a
+  restarted broker in lock-step);
+- an inbound QoS 1 message is acknowledged only after the handler has made it
+  durable (`manual_ack`); a handler that cannot persist it leaves it
+  unacknowledged and the connection is dropped, so the broker delivers it again.
+
+The session is persistent (stable client id, `clean_start=False`, session expiry
+> 0): announcements published while the device is down wait in the broker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import select
+import socket
+import ssl
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from edge_agent.atomic import atomic_write
+from edge_agent.config import MqttSettings, parse_uri
+from edge_agent.errors import ConfigError
+from edge_agent.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+InboundHandler = Callable[[str, bytes, bool], bool]
+"""(topic, payload, retained) -> True once the message is safe to acknowledge."""
+
+_INFLIGHT = 20
+"""QoS 1 messages handed to paho and not yet acknowledged by the broker."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """One outbound message."""
+
+    topic: str
+    payload: bytes
+    qos: int = 1
+    retain: bool = False
+    coalesce: bool = False
+    """Only the newest queued message of this topic matters (a retained state); older ones
+    still waiting in the outbox are dropped when it is queued."""
+
+    @staticmethod
+    def json(topic: str, doc: dict[str, Any], qos: int = 1, retain: bool = False,
+             coalesce: bool = False) -> Message:
+        return Message(topic, json.dumps(doc, separators=(",", ":")).encode(), qos, retain, coalesce)
+
+
+class Outbox:
+    """Messages waiting for the network thread, bounded; the oldest are dropped when full.
+
+    A `coalesce` message replaces a queued one on the same topic: only the latest
+    state matters, and a long outage must not fill the queue with heartbeats.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.dropped = 0
+        self._items: deque[Message] = deque()
+        self._lock = threading.Lock()
+
+    def put(self, message: Message) -> None:
+        with self._lock:
+            if message.coalesce:
+                for queued in self._items:
+                    if queued.coalesce and queued.topic == message.topic:
+                        self._items.remove(queued)
+                        break
+            while len(self._items) >= self.limit:
+                lost = self._items.popleft()
+                self.dropped += 1
+                log.warning("outbound queue full (%d): dropped a message to %s", self.limit, lost.topic)
+            self._items.append(message)
+
+    def pop(self) -> Message | None:
+        with self._lock:
+            return self._items.popleft() if self._items else None
+
+    def push_front(self, message: Message) -> None:
+        with self._lock:
+            self._items.appendleft(message)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+
+def read_password(settings: MqttSettings) -> str:
+    if settings.password_file is None:
+        return settings.password
+    try:
+        lines = settings.password_file.read_text().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"mqtt.password_file: cannot read {settings.password_file}: "
+                          f"{exc.strerror}") from None
+    if not lines or not lines[0]:
+        raise ConfigError(f"mqtt.password_file: {settings.password_file} is empty")
+    return lines[0]
+
+
+def tls_context(settings: MqttSettings) -> ssl.SSLContext:
+    """Certificate and host name checked; a client certificate when configured."""
+    try:
+        ctx = ssl.create_default_context(cafile=str(settings.tls_ca) if settings.tls_ca else None)
+        if settings.tls_cert is not None:
+            ctx.load_cert_chain(str(settings.tls_cert), str(settings.tls_key) if settings.tls_key else None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"mqtt TLS files: {exc}") from None
+    return ctx
+
+
+class Bridge:
+    """A persistent MQTT v5 session in a background thread."""
+
+    def __init__(self, settings: MqttSettings, client_id: str, *, will: Message,
+                 on_message: InboundHandler, on_connect: Callable[[bool], None] | None = None,
+                 metrics: Metrics | None = None, subscriptions_file: Path | None = None) -> None:
+        self.settings = settings
+        self.client_id = client_id
+        self.endpoint = parse_uri(settings.broker, ("mqtt", "mqtts"))
+        self.outbox = Outbox(settings.outbound_queue)
+        self.metrics = metrics or Metrics()
+        self._on_message = on_message
+        self._on_connect = on_connect
+        self._subs_file = subscriptions_file
+        self._connected = threading.Event()
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._desired: tuple[str, ...] = ()
+        self._subscribed: set[str] = set(self._load_subscribed())
+        self._subs_dirty = False
+        self._unacked: set[int] = set()
+        self._drop = False
+        self._final: list[Message] = []
+        self._stop_deadline = 0.0
+        self._connecting_since = 0.0
+        self._attempts = 0
+        self._thread: threading.Thread | None = None
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._client = self._make_client(will)
+
+    # -- public, any thread ----------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def wait_connected(self, timeout: float) -> bool:
+        return self._connected.wait(timeout)
+
+    def publish(self, message: Message) -> None:
+        """Queue `message`; the network thread sends it as soon as the broker is reachable."""
+        self.outbox.put(message)
+        self._wake()
+
+    def set_subscriptions(self, topics: Iterable[str]) -> None:
+        """The topics this session should be subscribed to (QoS 1); others are unsubscribed."""
+        with self._lock:
+            self._desired = tuple(dict.fromkeys(topics))
+            self._subs_dirty = True
+        self._wake()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="mqtt", daemon=True)
+        self._thread.start()
+
+    def stop(self, final: Sequence[Message] = (), timeout: float = 3.0) -> None:
+        """Send `final` (and what is queued) if connected, within `timeout`, then disconnect."""
+        self._final = list(final)
+        self._stop_deadline = time.monotonic() + timeout
+        self._stopping.set()
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout + 7)
+        self._wake_r.close()
+        self._wake_w.close()
+
+    # -- paho set-up -----------------------------------------------------------------
+
+    def _make_client(self, will: Message) -> mqtt.Client:
+        s = self.settings
+        client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=self.client_id,
+                             protocol=mqtt.MQTTv5, manual_ack=True)
+        client.max_inflight_messages_set(_INFLIGHT)
+        client.will_set(will.topic, will.payload, qos=will.qos, retain=will.retain)
+        if s.username:
+            client.username_pw_set(s.username, read_password(s))
+        if self.endpoint.scheme == "mqtts":
+            client.tls_set_context(tls_context(s))
+        client.on_socket_open = self._socket_opened
+        client.on_connect = self._connected_cb
+        client.on_disconnect = self._disconnected_cb
+        client.on_message = self._message_cb
+        client.on_publish = self._published_cb
+        client.on_subscribe = self._subscribed_cb
+        props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+        props.SessionExpiryInterval = s.session_expiry_s
+        props.MaximumPacketSize = s.max_packet_bytes
+        client.connect_async(self.endpoint.host, self.endpoint.port, keepalive=s.keepalive_s,
+                             clean_start=False, properties=props)
+        return client
+
+    @staticmethod
+    def _socket_opened(client: mqtt.Client, userdata: Any, sock: Any) -> None:
+        # Nagle plus delayed ACKs put a 40 ms floor under small messages; paho leaves it on.
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as exc:  # a unix socket or an exotic transport
+            log.debug("cannot set TCP_NODELAY: %s", exc)
+
+    # -- paho callbacks (network thread) ------------------------------------------------
+
+    def _connected_cb(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any,
+                      props: Any) -> None:
+        if reason.is_failure:
+            if self._loud():
+                log.error("broker %s refused the connection (attempt %d): %s", self.settings.broker,
+                          self._attempts, reason)
+            return
+        self._attempts = 0
+        self._connected.set()
+        self.metrics.inc("mqtt_connects")
+        log.info("connected to %s as %s (session %s)", self.settings.broker, self.client_id,
+                 "resumed" if flags.session_present else "new")
+        with self._lock:
+            self._subs_dirty = True
+            if not flags.session_present:
+                self._subscribed = set()  # a new session has no subscriptions to remove
+        if self._on_connect is not None:
+            try:
+                self._on_connect(bool(flags.session_present))
+            except Exception:
+                log.exception("on_connect handler failed")
+
+    def _disconnected_cb(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any,
+                         props: Any) -> None:
+        # paho can report one disconnect twice (#870): count transitions, not calls.
+        if self._connected.is_set():
+            self._connected.clear()
+            self.metrics.inc("mqtt_disconnects")
+            if not self._stopping.is_set():
+                log.warning("disconnected from %s: %s", self.settings.broker, reason)
+
+    def _message_cb(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        self.metrics.inc("mqtt_received")
+        try:
+            ok = self._on_message(message.topic, bytes(message.payload), bool(message.retain))
+        except Exception:
+            log.exception("inbound handler failed on %s", message.topic)
+            ok = False
+        if ok:
+            if message.qos > 0:
+                client.ack(message.mid, message.qos)
+        else:
+            # Not acknowledged: reconnect so the broker delivers it again.
+            self._drop = True
+
+    def _published_cb(self, client: mqtt.Client, userdata: Any, mid: int, reason: Any,
+                      props: Any) -> None:
+        self._unacked.discard(mid)
+        if getattr(reason, "is_failure", False):
+            log.warning("broker refused a publish: %s", reason)
+
+    def _subscribed_cb(self, client: mqtt.Client, userdata: Any, mid: int, reasons: Any,
+                       props: Any) -> None:
+        failed = [str(r) for r in reasons if getattr(r, "is_failure", False)]
+        if failed:
+            log.error("broker refused a subscription: %s", ", ".join(failed))
+
+    # -- network thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                if self._client.socket() is None:
+                    self._connected.clear()
+                    if not self._try_connect():
+                        self._stopping.wait(self._backoff())
+                        continue
+                self._step(0.5)
+            except Exception:  # a bug here must cost a reconnect, not the daemon's MQTT
+                log.exception("MQTT network loop failed; reconnecting")
+                with contextlib.suppress(Exception):
+                    self._close_socket()
+                self._stopping.wait(self._backoff())
+        try:
+            self._shutdown()
+        except Exception:
+            log.exception("MQTT shutdown failed")
+
+    def _try_connect(self) -> bool:
+        self._attempts += 1
+        try:
+            rc = self._client.reconnect()
+        except (OSError, ValueError) as exc:
+            level = logging.WARNING if self._loud() else logging.DEBUG
+            log.log(level, "broker %s unreachable (attempt %d): %s", self.settings.broker,
+                    self._attempts, exc)
+            return False
+        if rc != MQTTErrorCode.MQTT_ERR_SUCCESS and self._client.socket() is None:
+            return False
+        self._connecting_since = time.monotonic()
+        return True
+
+    def _loud(self) -> bool:
+        """Log the 1st, 10th and every 100th failure of a streak, not all of them."""
+        return self._attempts in (1, 10) or self._attempts % 100 == 0
+
+    def _backoff(self) -> float:
+        """Exponential growth with jitter in its upper half."""
+        s = self.settings
+        cap = min(s.reconnect_max_s, s.reconnect_min_s * 2 ** min(self._attempts - 1, 20))
+        return random.uniform(cap / 2, cap)
+
+    def _step(self, timeout: float) -> None:
+        client = self._client
+        if self._connected.is_set():
+            self._sync_subscriptions()
+            self._drain()
+        sock = client.socket()
+        if sock is None:
+            return
+        pending = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
+        wlist = [sock] if client.want_write() else []
+        try:
+            readable, writable, _ = select.select([sock, self._wake_r], wlist, [], 0 if pending else timeout)
+        except (OSError, ValueError):
+            readable, writable = [sock], []
+        if self._wake_r in readable:
+            with contextlib.suppress(BlockingIOError):
+                self._wake_r.recv(4096)
+        if sock in readable or pending:
+            client.loop_read()
+        if client.socket() is not None and (sock in writable or client.want_write()):
+            client.loop_write()
+        if client.socket() is not None:
+            client.loop_misc()
+        if (client.socket() is not None and not self._connected.is_set()
+                and time.monotonic() - self._connecting_since > 2 * client.connect_timeout + 5):
+            log.warning("no CONNACK from %s; reconnecting", self.settings.broker)
+            self._close_socket()
+        if self._drop and client.socket() is not None:
+            self._drop = False
+            self._close_socket()
+
+    def _close_socket(self) -> None:
+        # A broken connection, not a clean DISCONNECT: the broker keeps our session (and
+        # the unacknowledged messages in it) and, if it notices, publishes the will.
+        sock: Any = self._client.socket()
+        self._connected.clear()
+        if sock is None:
+            return
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        self._client.loop_read()  # paho reads EOF, closes and resets its state
+
+    def _drain(self) -> None:
+        while len(self._unacked) < _INFLIGHT:
+            message = self.outbox.pop()
+            if message is None:
+                return
+            info = self._client.publish(message.topic, message.payload, message.qos, message.retain)
+            if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+                self.outbox.push_front(message)
+                return
+            if message.qos > 0:
+                self._unacked.add(info.mid)
+            self.metrics.inc("mqtt_sent")
+
+    def _sync_subscriptions(self) -> None:
+        with self._lock:
+            if not self._subs_dirty:
+                return
+            self._subs_dirty = False
+            desired = self._desired
+        stale = sorted(self._subscribed - set(desired))
+        if stale:
+            self._client.unsubscribe(stale)
+            log.info("unsubscribed from %s", ", ".join(stale))
+        if desired:
+            # Retained messages (configs) only for new subscriptions: after a resumed
+            # session they were delivered already.
+            opts = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_SEND_IF_NEW_SUB)
+            self._client.subscribe([(t, opts) for t in desired])
+        if set(desired) != self._subscribed:
+            self._subscribed = set(desired)
+            self._save_subscribed()
+
+    def _shutdown(self) -> None:
+        deadline = self._stop_deadline
+        if self._connected.is_set():
+            for message in self._final:
+                self.outbox.put(message)
+            while (len(self.outbox) or self._unacked) and time.monotonic() < deadline:
+                if self._client.socket() is None:
+                    break
+                self._step(0.05)
+            if len(self.outbox) or self._unacked:
+                log.warning("shutting down with %d messages unsent", len(self.outbox) + len(self._unacked))
+            self._client.disconnect()
+            while self._client.socket() is not None and time.monotonic() < deadline + 1:
+                self._step(0.05)
+        self._close_socket_quietly()
+        self._connected.clear()
+
+    def _close_socket_quietly(self) -> None:
+        sock = self._client.socket()
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            self._wake_w.send(b"\0")
+
+    def _load_subscribed(self) -> list[str]:
+        if self._subs_file is None:
+            return []
+        try:
+            data = json.loads(self._subs_file.read_text())
+        except (OSError, ValueError):
+            return []
+        return [t for t in data if isinstance(t, str)] if isinstance(data, list) else []
+
+    def _save_subscribed(self) -> None:
+        if self._subs_file is None:
+            return
+        try:
+            atomic_write(self._subs_file, json.dumps(sorted(self._subscribed)).encode())
+        except OSError as exc:
+            log.warning("cannot record subscriptions in %s: %s", self._subs_file, exc)

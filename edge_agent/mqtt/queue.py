@@ -1,0 +1,69 @@
+"""Announcements waiting to be spoken, highest priority first, then oldest first."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from edge_agent.mqtt.announcements import Announcement
+
+
+@dataclass(order=True)
+class Item:
+    """A queued announcement and where to resume it."""
+
+    sort_key: tuple[int, int] = field(init=False, repr=False)
+    announcement: Announcement = field(compare=False)
+    seq: int = field(compare=False, default=-1)
+    """Arrival order; an interrupted announcement keeps its own."""
+    resume: int = field(compare=False, default=0)
+    """First sentence still to speak."""
+    sink: Any = field(compare=False, default=None)
+    """A file sink kept open across an interruption, so `<id>.wav` holds the whole announcement."""
+
+    def __post_init__(self) -> None:
+        self.sort_key = (-self.announcement.priority, self.seq)
+
+
+class AnnouncementQueue:
+    """A thread-safe priority queue with a blocking `get`."""
+
+    def __init__(self) -> None:
+        self._heap: list[Item] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+
+    def put(self, announcement: Announcement, resume: int = 0, sink: Any = None,
+            seq: int | None = None) -> Item:
+        with self._cond:
+            item = Item(announcement, next(self._seq) if seq is None else seq, resume, sink)
+            heapq.heappush(self._heap, item)
+            self._cond.notify_all()
+            return item
+
+    def get(self, timeout: float) -> Item | None:
+        """The most urgent item, waiting up to `timeout` seconds for one."""
+        with self._cond:
+            if not self._heap:
+                self._cond.wait(timeout)
+            return heapq.heappop(self._heap) if self._heap else None
+
+    def top_priority(self) -> int | None:
+        with self._cond:
+            return self._heap[0].announcement.priority if self._heap else None
+
+    def items(self) -> list[Item]:
+        """A snapshot, most urgent first."""
+        with self._cond:
+            return sorted(self._heap)
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._heap)

@@ -1,0 +1,188 @@
+"""Speaking one announcement: synthesis stream -> (chime) -> gain -> sink, stoppable between sentences."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from edge_agent.audio.playback import play
+from edge_agent.audio.resample import Float32, resample
+from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
+from edge_agent.errors import AudioError
+from edge_agent.mqtt.announcements import Announcement
+from edge_agent.mqtt.queue import Item
+from edge_agent.tts.voice import AudioChunk, Synthesizer
+
+log = logging.getLogger(__name__)
+
+
+class SinkOpener(Protocol):
+    """Where announcements are spoken."""
+
+    keeps_open: bool
+    """A sink may stay open while a more urgent announcement plays (a file, not a sound card)."""
+
+    def open(self, ann: Announcement, sample_rate: int) -> Sink: ...
+
+
+class DeviceOpener:
+    """The configured audio output (sound card with its fallback)."""
+
+    keeps_open = False
+
+    def __init__(self, output: AudioOutput) -> None:
+        self.output = output
+
+    def open(self, ann: Announcement, sample_rate: int) -> Sink:
+        return self.output.open(sample_rate, name=ann.id)
+
+
+class DirOpener:
+    """`<out_dir>/<id>.wav` per announcement (`edge-agent run --out-dir`)."""
+
+    keeps_open = True
+
+    def __init__(self, out_dir: Path, volume: float = 1.0) -> None:
+        self.out_dir = out_dir
+        self.volume = volume
+
+    def open(self, ann: Announcement, sample_rate: int) -> Sink:
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise AudioError(f"cannot create {self.out_dir}: {exc.strerror}") from None
+        return WavSink(self.out_dir / f"{ann.id}.wav", sample_rate, self.volume)
+
+
+class GainSink:
+    """Scales samples by an announcement's own volume."""
+
+    def __init__(self, inner: Sink, gain: float) -> None:
+        self.inner = inner
+        self.gain = np.float32(gain)
+        self.sample_rate = inner.sample_rate
+        self.frames = 0
+
+    def write(self, samples: Float32) -> None:
+        self.inner.write(samples * self.gain)
+        self.frames += len(samples)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def abort(self) -> None:
+        self.inner.abort()
+
+
+def chime(sample_rate: int) -> Float32:
+    """A soft two-tone attention chime (~0.45 s, with fades, then a short pause)."""
+    parts = []
+    for freq, dur in ((880.0, 0.16), (659.25, 0.22)):
+        t = np.arange(round(dur * sample_rate), dtype=np.float32) / sample_rate
+        tone = 0.35 * np.sin(2 * np.pi * freq * t) * np.exp(-3.0 * t / dur)
+        fade = min(len(t) // 8, round(0.01 * sample_rate))
+        tone[:fade] *= np.linspace(0, 1, fade, dtype=np.float32)
+        tone[-fade:] *= np.linspace(1, 0, fade, dtype=np.float32)
+        parts.append(tone.astype(np.float32))
+    parts.append(np.zeros(round(0.12 * sample_rate), dtype=np.float32))
+    return np.concatenate(parts)
+
+
+@dataclass
+class Spoken:
+    """The outcome of one `speak` call."""
+
+    complete: bool
+    """False: stopped at a sentence boundary with sentences left (resume from `resume`)."""
+    resume: int
+    engine: str | None
+    """The engine that made most of the audio."""
+    audio_s: float
+    sink: Sink | None = None
+    """The open sink, when an interrupted announcement keeps it for later."""
+
+
+class _Tracked:
+    """Follows a chunk stream: skips sentences already spoken, counts engines, notes the end."""
+
+    def __init__(self, chunks: Iterator[AudioChunk], skip_before: int) -> None:
+        self._chunks = chunks
+        self._skip = skip_before
+        self.rate = 0
+        """The sink's rate: chunks at another rate are resampled to it."""
+        self.engines: Counter[str] = Counter()
+        self.last_sentence = -1
+        self.exhausted = False
+
+    def first(self) -> AudioChunk | None:
+        for chunk in self._chunks:
+            if chunk.sentence >= self._skip:
+                return self._note(chunk)
+        self.exhausted = True
+        return None
+
+    def rest(self, first: AudioChunk) -> Iterator[AudioChunk]:
+        yield self._convert(first)
+        for chunk in self._chunks:
+            if chunk.sentence >= self._skip:
+                yield self._convert(self._note(chunk))
+        self.exhausted = True
+
+    def _note(self, chunk: AudioChunk) -> AudioChunk:
+        self.engines[chunk.engine] += len(chunk.samples)
+        self.last_sentence = max(self.last_sentence, chunk.sentence)
+        return chunk
+
+    def _convert(self, chunk: AudioChunk) -> AudioChunk:
+        # An engine switch mid-announcement (remote 24 kHz, local 22.05 kHz) keeps the sink's rate.
+        if chunk.sample_rate == self.rate or not self.rate:
+            return chunk
+        return AudioChunk(resample(chunk.samples, chunk.sample_rate, self.rate), self.rate,
+                          chunk.sentence, chunk.last, chunk.engine)
+
+
+def _open(item: Item, opener: SinkOpener, sample_rate: int) -> Sink:
+    if item.sink is not None:
+        sink: Sink = item.sink
+        return sink
+    opened = opener.open(item.announcement, sample_rate)
+    return GainSink(opened, item.announcement.volume) if item.announcement.volume != 1.0 else opened
+
+
+def speak(item: Item, synth: Synthesizer, opener: SinkOpener, *,
+          should_stop: Callable[[], bool], on_start: Callable[[str], None]) -> Spoken:
+    """Speak `item` from its resume sentence; stop at a sentence boundary when `should_stop()`."""
+    ann = item.announcement
+    tracked = _Tracked(iter(synth.stream(ann.text, ann.voice)), item.resume)
+    first = tracked.first()
+    if first is None:
+        if item.sink is not None:
+            item.sink.close()
+        return Spoken(True, item.resume, None, 0.0)
+    sink = _open(item, opener, first.sample_rate)
+    tracked.rate = sink.sample_rate
+    try:
+        on_start(first.engine)
+        if ann.chime and item.resume == 0:
+            sink.write(chime(sink.sample_rate))
+        stats = play(tracked.rest(first), sink, should_stop=should_stop)
+    except BaseException:
+        sink.abort()
+        raise
+    done_through = item.resume + stats.sentences - 1
+    complete = not stats.interrupted or (tracked.exhausted and done_through >= tracked.last_sentence)
+    engine = tracked.engines.most_common(1)[0][0] if tracked.engines else None
+    audio_s = stats.frames / sink.sample_rate if sink.sample_rate else 0.0
+    if complete:
+        sink.close()
+        return Spoken(True, done_through + 1, engine, audio_s)
+    if not opener.keeps_open:
+        sink.close()
+        return Spoken(False, done_through + 1, engine, audio_s)
+    return Spoken(False, done_through + 1, engine, audio_s, sink)

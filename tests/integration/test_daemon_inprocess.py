@@ -1,0 +1,123 @@
+"""The daemon in this process, with a tone synthesizer and a scripted listener: the wiring itself."""
+
+import asyncio
+import threading
+from dataclasses import dataclass
+
+import pytest
+
+from edge_agent.daemon import Daemon, SettingsSource
+from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, signed, wait_until
+
+
+@dataclass(frozen=True)
+class Heard:
+    text: str
+    start: float
+    end: float
+
+
+class ScriptedListener:
+    """A `Listener` that reports the utterances it is given, from its own thread."""
+
+    def __init__(self, utterances):
+        self.utterances = utterances
+        self.stopped = threading.Event()
+
+    def start(self, on_transcript, on_error=None, on_end=None):
+        def work():
+            for heard in self.utterances:
+                on_transcript(heard)
+            self.stopped.wait()
+
+        threading.Thread(target=work, daemon=True).start()
+        return self
+
+    def stop(self, timeout=10.0):
+        self.stopped.set()
+
+
+class Running:
+    def __init__(self, tmp_path, broker, **factories):
+        # The group comes from the file: a command-line --group would outrank the fleet layer.
+        config = device_config(tmp_path / "device.yaml", tmp_path, device={"group": "kitchen"})
+        source = SettingsSource(config, {"mqtt.broker": broker.url, "device.id": "dev1",
+                                         "daemon.out_dir": str(tmp_path / "out")})
+        self.daemon = Daemon(source, **factories)
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.daemon.run()), daemon=True)
+        self.thread.start()
+        wait_until(lambda: self.daemon.bridge is not None and self.daemon.bridge.connected, what="connect")
+
+    def stop(self):
+        self.daemon.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def watcher(broker):
+    w = Watcher(broker.url)
+    yield w
+    w.close()
+
+
+def test_transcripts_are_published_but_not_while_the_device_speaks(tmp_path, broker, watcher):
+    listener = ScriptedListener([Heard("turn on the lights", 1.25, 2.5), Heard("what time is it", 4.0, 5.1)])
+    running = Running(tmp_path, broker, synthesizer_factory=lambda s: ToneSynth(),
+                      listener_factory=lambda s: listener)
+    try:
+        got = watcher.wait("edge/dev1/transcript", count=2)
+        assert [(d["text"], d["start"], d["end"]) for d in got] == [
+            ("turn on the lights", 1.25, 2.5), ("what time is it", 4.0, 5.1)]
+        running.daemon.announcements.busy.set()  # speaking: what the microphone hears is ourselves
+        running.daemon._on_transcript(Heard("announcement 7", 9.0, 10.0))
+        running.daemon.announcements.busy.clear()
+        assert watcher.find("edge/dev1/transcript", lambda d: d["text"] == "announcement 7") == []
+    finally:
+        running.stop()
+    assert listener.stopped.is_set()
+
+
+def test_a_group_change_by_fleet_config_moves_the_subscription(tmp_path, broker, watcher):
+    running = Running(tmp_path, broker, synthesizer_factory=lambda s: ToneSynth())
+    producer = Producer(broker.url)
+    try:
+        producer.publish("edge/group/kitchen/announce", {"id": "k1", "text": "Kitchen."})
+        watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "k1" and d["state"] == "done")
+        producer.publish("edge/dev1/config", signed(3, {"device": {"group": "hall"}}))
+        watcher.wait("edge/dev1/config/status", lambda d: d["version"] == 3 and d["state"] == "applied")
+        wait_until(lambda: running.daemon.topics.group == "hall", what="the new group")
+        wait_until(lambda: "edge/group/kitchen/announce" not in running.daemon.bridge._subscribed,
+                   what="unsubscribe")
+        producer.publish("edge/group/kitchen/announce", {"id": "k2", "text": "Kitchen again."})
+        producer.publish("edge/group/hall/announce", {"id": "h1", "text": "Hall."})
+        watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "h1" and d["state"] == "done")
+        assert watcher.statuses("dev1", "k2") == []
+    finally:
+        producer.close()
+        running.stop()
+
+
+def test_a_voice_that_fails_its_health_check_is_rolled_back_and_the_old_one_keeps_speaking(
+        tmp_path, broker, watcher):
+    class Silent(ToneSynth):
+        def stream(self, text, voice=None):
+            return iter(())
+
+    def factory(settings):
+        return Silent() if settings.tts.length_scale == 4.0 else ToneSynth()
+
+    running = Running(tmp_path, broker, synthesizer_factory=factory)
+    producer = Producer(broker.url)
+    try:
+        old = running.daemon.synth
+        producer.publish("edge/dev1/config", signed(4, {"tts": {"length_scale": 4.0}}))
+        report = watcher.wait("edge/dev1/config/status", lambda d: d["version"] == 4)[0]
+        assert report["state"] == "rolled_back" and "no audio" in report["error"]
+        assert report["active_version"] == 0
+        assert running.daemon.synth is old  # the failed voice never replaced it
+        producer.publish("edge/dev1/announce", {"id": "still", "text": "Still here."})
+        watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "still" and d["state"] == "done")
+    finally:
+        producer.close()
+        running.stop()

@@ -1,0 +1,70 @@
+import json
+
+import pytest
+
+from edge_agent.config import AnnouncementSettings
+from edge_agent.mqtt.announcements import Rejected, parse_announcement
+
+VOICES = {"en_US-joe-medium"}
+SETTINGS = AnnouncementSettings(max_payload_bytes=4096, max_text_chars=100)
+
+
+def parse(doc, settings=SETTINGS):
+    payload = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    return parse_announcement(payload, settings, VOICES, now=1000.0)
+
+
+def test_a_full_announcement_is_parsed():
+    ann = parse({"id": "door-1", "text": "Someone is at the door.", "voice": "en_US-joe-medium",
+                 "priority": 7, "expires_at": 2000, "volume": 0.5, "chime": True, "future_field": 1})
+    assert (ann.id, ann.priority, ann.expires_at, ann.volume, ann.chime) == ("door-1", 7, 2000.0, 0.5, True)
+    assert ann.received_at == 1000.0
+    assert not ann.expired(now=1999) and ann.expired(now=2000)
+
+
+def test_defaults_apply_to_missing_optional_fields():
+    ann = parse({"id": "a", "text": "Hi."}, AnnouncementSettings(default_priority=3))
+    assert (ann.voice, ann.priority, ann.expires_at, ann.volume, ann.chime) == (None, 3, None, 1.0, False)
+
+
+@pytest.mark.parametrize(("payload", "reason"), [
+    (b"{not json", "invalid JSON"),
+    (b"\xff\xfe", "not UTF-8"),
+    (b"[1, 2]", "must be a JSON object"),
+    (b'{"id": "a", "text": "x", "volume": NaN}', "invalid JSON"),
+    ({"text": "hello"}, "missing 'id'"),
+    ({"id": "", "text": "hello"}, "missing 'id'"),
+    ({"id": "../etc/passwd", "text": "hello"}, "'id' must be"),
+    ({"id": "a"}, "missing 'text'"),
+    ({"id": "a", "text": "   "}, "missing 'text'"),
+    ({"id": "a", "text": "x" * 101}, "101 characters, the limit is 100"),
+    ({"id": "a", "text": "x", "voice": "robot"}, "unknown voice 'robot'"),
+    ({"id": "a", "text": "x", "priority": 10}, "'priority' must be an integer 0..9"),
+    ({"id": "a", "text": "x", "priority": True}, "'priority'"),
+    ({"id": "a", "text": "x", "expires_at": "tomorrow"}, "'expires_at'"),
+    ({"id": "a", "text": "x", "volume": 1.5}, "'volume'"),
+    ({"id": "a", "text": "x", "chime": "yes"}, "'chime'"),
+])
+def test_bad_payloads_are_rejected_with_a_reason(payload, reason):
+    with pytest.raises(Rejected) as info:
+        parse(payload)
+    assert reason in info.value.reason
+
+
+def test_deeply_nested_json_within_the_limit_is_rejected_not_a_crash():
+    payload = b"[" * 2000 + b"]" * 2000
+    with pytest.raises(Rejected):
+        parse_announcement(payload, AnnouncementSettings(max_payload_bytes=8192), VOICES)
+
+
+def test_oversized_payload_is_rejected_before_parsing():
+    payload = b'{"id": "big", "text": "' + b"a" * 5000 + b'"}'
+    with pytest.raises(Rejected, match=r"payload is 5\d\d\d bytes, the limit is 4096") as info:
+        parse(payload)
+    assert info.value.id is None  # never parsed, so no id to report
+
+
+def test_rejections_after_the_id_carry_the_id():
+    with pytest.raises(Rejected) as info:
+        parse({"id": "kitchen-7", "text": ""})
+    assert info.value.id == "kitchen-7"

@@ -1,0 +1,191 @@
+import socket
+import subprocess
+import sys
+import threading
+
+from edge_agent.config import MqttSettings
+from edge_agent.mqtt.bridge import Bridge, Message, Outbox
+from edge_agent.mqtt.localbroker import LocalBroker, free_port
+from tests.mqtt_support import Producer, Watcher, wait_until
+
+
+class Inbox:
+    def __init__(self, accept=lambda n: True):
+        self.items = []
+        self.lock = threading.Lock()
+        self.accept = accept
+
+    def __call__(self, topic, payload, retained):
+        with self.lock:
+            self.items.append((topic, payload))
+            return self.accept(len(self.items))
+
+    def payloads(self):
+        with self.lock:
+            return [p for _, p in self.items]
+
+
+def make_bridge(url, inbox, client_id="dev", topics=("edge/dev/announce",), **settings):
+    s = MqttSettings(broker=url, reconnect_min_s=0.05, reconnect_max_s=0.5, **settings)
+    bridge = Bridge(s, client_id, will=Message("edge/dev/status", b'{"state":"offline"}', 1, True),
+                    on_message=inbox)
+    bridge.set_subscriptions(topics)
+    bridge.start()
+    assert bridge.wait_connected(30)
+    return bridge
+
+
+def test_tcp_nodelay_is_set_on_the_broker_socket(broker):
+    bridge = make_bridge(broker.url, Inbox())
+    try:
+        sock = bridge._client.socket()
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    finally:
+        bridge.stop()
+
+
+def test_messages_published_while_the_client_is_away_arrive_when_it_returns(broker):
+    inbox = Inbox()
+    bridge = make_bridge(broker.url, inbox)
+    bridge.stop()
+    producer = Producer(broker.url)
+    for i in range(5):
+        producer.publish("edge/dev/announce", f"m{i}".encode())
+    producer.close()
+    bridge = make_bridge(broker.url, inbox)
+    try:
+        wait_until(lambda: len(inbox.payloads()) == 5, what="queued messages")
+        assert inbox.payloads() == [f"m{i}".encode() for i in range(5)]
+    finally:
+        bridge.stop()
+
+
+def test_a_message_not_acknowledged_by_the_handler_is_delivered_again(broker):
+    inbox = Inbox(accept=lambda n: n > 1)  # the first delivery "fails to persist"
+    bridge = make_bridge(broker.url, inbox)
+    try:
+        Producer(broker.url).publish("edge/dev/announce", b"important")
+        wait_until(lambda: len(inbox.payloads()) >= 2, what="redelivery")
+        assert set(inbox.payloads()) == {b"important"}
+    finally:
+        bridge.stop()
+
+
+def test_outbound_messages_wait_for_the_broker_and_survive_its_restart(broker):
+    bridge = make_bridge(broker.url, Inbox())
+    watcher = Watcher(broker.url, "edge/dev/out", client_id="watcher")
+    try:
+        broker.save()  # it acknowledges a subscription before saving it
+        broker.kill()
+        wait_until(lambda: not bridge.connected, what="disconnect")
+        for i in range(3):
+            bridge.publish(Message("edge/dev/out", f"s{i}".encode()))
+        broker.start()
+        assert bridge.wait_connected(60)
+        wait_until(lambda: len(watcher.messages) == 3, what="the queued messages")
+        assert [m.payload for m in watcher.messages] == [b"s0", b"s1", b"s2"]
+    finally:
+        watcher.close()
+        bridge.stop()
+
+
+def test_the_will_marks_the_device_offline_when_the_connection_dies(broker, tmp_path):
+    script = (
+        "import os, signal, sys\n"
+        "from edge_agent.config import MqttSettings\n"
+        "from edge_agent.mqtt.bridge import Bridge, Message\n"
+        f"b = Bridge(MqttSettings(broker={broker.url!r}), 'victim', "
+        "will=Message('edge/victim/status', b'offline', 1, True), on_message=lambda *a: True)\n"
+        "b.start(); assert b.wait_connected(30)\n"
+        "b.publish(Message('edge/victim/status', b'online', 1, True))\n"
+        "import time\n"
+        "while len(b.outbox) or b._unacked: time.sleep(0.01)\n"
+        "print('ready', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert "ready" in result.stdout
+    watcher = Watcher(broker.url, "edge/victim/status")
+    try:
+        wait_until(lambda: any(m.payload == b"offline" and m.retain for m in watcher.messages),
+                   what="the retained will")
+    finally:
+        watcher.close()
+
+
+def test_the_outbox_is_bounded_and_keeps_only_the_latest_heartbeat():
+    box = Outbox(3)
+    box.put(Message("status", b"online-1", retain=True, coalesce=True))
+    box.put(Message("a", b"1"))
+    box.put(Message("status", b"online-2", retain=True, coalesce=True))
+    box.put(Message("config/status", b"report-1", retain=True))
+    box.put(Message("config/status", b"report-2", retain=True))  # every report counts
+    assert [m.payload for m in _drain(box)] == [b"online-2", b"report-1", b"report-2"]
+    assert box.dropped == 1
+    for i in range(5):
+        box.put(Message("a", str(i).encode()))
+    assert [m.payload for m in _drain(box)] == [b"2", b"3", b"4"]
+    assert box.dropped == 3
+
+
+def _drain(box):
+    out = []
+    while (m := box.pop()) is not None:
+        out.append(m)
+    return out
+
+
+def test_reconnect_delays_grow_with_jitter_and_stay_within_bounds():
+    bridge = Bridge(MqttSettings(broker="mqtt://127.0.0.1:9", reconnect_min_s=0.5, reconnect_max_s=8),
+                    "x", will=Message("t", b""), on_message=lambda *a: True)
+    delays = {}
+    for attempt in (1, 2, 3, 4, 5, 10):
+        bridge._attempts = attempt
+        delays[attempt] = [bridge._backoff() for _ in range(200)]
+    assert all(0.25 <= d <= 0.5 for d in delays[1])
+    assert all(4 <= d <= 8 for d in delays[10])
+    assert len({round(d, 6) for d in delays[10]}) > 100  # jittered, not lock-step
+    assert max(delays[3]) <= 2.0 < min(delays[5]) * 2
+
+
+def test_a_missing_broker_is_retried_until_it_appears(tmp_path):
+    broker = LocalBroker(tmp_path / "late")
+    broker.port = free_port()
+    s = MqttSettings(broker=f"mqtt://127.0.0.1:{broker.port}", reconnect_min_s=0.05, reconnect_max_s=0.2)
+    bridge = Bridge(s, "early", will=Message("t", b""), on_message=lambda *a: True)
+    bridge.start()
+    try:
+        wait_until(lambda: bridge._attempts >= 3, what="retries")
+        assert not bridge.connected
+        broker.start()
+        assert bridge.wait_connected(60)
+    finally:
+        bridge.stop()
+        broker.kill()
+
+
+def test_subscriptions_dropped_from_the_desired_set_are_removed(broker, tmp_path):
+    inbox = Inbox()
+    subs = tmp_path / "subs.json"
+    s = MqttSettings(broker=broker.url)
+    bridge = Bridge(s, "mover", will=Message("t", b""), on_message=inbox, subscriptions_file=subs)
+    bridge.set_subscriptions(["edge/group/old/announce"])
+    bridge.start()
+    assert bridge.wait_connected(30)
+    wait_until(subs.exists, what="subscriptions recorded")
+    bridge.stop()
+    # Restarted with another group: the old group's topic must not deliver any more.
+    bridge = Bridge(s, "mover", will=Message("t", b""), on_message=inbox, subscriptions_file=subs)
+    bridge.set_subscriptions(["edge/group/new/announce"])
+    bridge.start()
+    try:
+        assert bridge.wait_connected(30)
+        wait_until(lambda: "old" not in subs.read_text(), what="old subscription removed")
+        producer = Producer(broker.url)
+        producer.publish("edge/group/old/announce", b"stale")
+        producer.publish("edge/group/new/announce", b"fresh")
+        wait_until(lambda: b"fresh" in inbox.payloads(), what="new group message")
+        assert b"stale" not in inbox.payloads()
+    finally:
+        bridge.stop()

@@ -1,0 +1,144 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from edge_agent.config import AnnouncementSettings
+from edge_agent.mqtt.announcements import Announcement
+from edge_agent.mqtt.journal import INTERRUPTED, Journal
+
+
+def ann(ann_id, priority=5, ts=100.0):
+    return Announcement(ann_id, f"text of {ann_id}", priority=priority, received_at=ts)
+
+
+def open_journal(path, clock=None, **settings):
+    journal = Journal(path, AnnouncementSettings(**settings), **({"clock": clock} if clock else {}))
+    return journal, journal.open()
+
+
+def test_the_same_id_is_accepted_once_even_after_reopening(tmp_path):
+    journal, _ = open_journal(tmp_path)
+    assert journal.accept(ann("a"))
+    assert not journal.accept(ann("a"))
+    journal.start("a")
+    journal.finish("a", "done", engine="local")
+    journal.close()
+    journal, found = open_journal(tmp_path)
+    assert not journal.accept(ann("a"))
+    assert journal.get("a").state == "done"
+    assert journal.get("a").extra == {"engine": "local"}
+    assert found.pending == [] and found.interrupted == []
+
+
+def test_accepted_announcements_survive_and_come_back_pending(tmp_path):
+    journal, _ = open_journal(tmp_path)
+    for name in ("a", "b", "c"):
+        journal.accept(ann(name))
+    journal.start("b")
+    journal.requeue("b", 2)
+    journal.close()
+    _, found = open_journal(tmp_path)
+    assert [(a.id, resume) for a, resume in found.pending] == [("a", 0), ("b", 2), ("c", 0)]
+    assert found.pending[0][0] == ann("a")
+
+
+def test_an_announcement_speaking_at_a_crash_is_failed_not_repeated(tmp_path):
+    journal, _ = open_journal(tmp_path)
+    journal.accept(ann("a"))
+    journal.start("a")
+    journal.close()
+    journal, found = open_journal(tmp_path)
+    assert found.interrupted == ["a"] and found.pending == []
+    assert journal.get("a").state == "failed"
+    assert journal.get("a").extra["error"] == INTERRUPTED
+
+
+def test_a_record_torn_by_a_crash_is_dropped_and_the_rest_kept(tmp_path):
+    journal, _ = open_journal(tmp_path)
+    journal.accept(ann("a"))
+    journal.close()
+    with (tmp_path / "journal.jsonl").open("ab") as fh:
+        fh.write(b'{"op":"accept","a":{"id":"b","te')
+    journal, found = open_journal(tmp_path)
+    assert [a.id for a, _ in found.pending] == ["a"]
+    assert journal.accept(ann("b"))  # the torn one was never acknowledged: it may come again
+    journal.close()
+    _, found = open_journal(tmp_path)
+    assert [a.id for a, _ in found.pending] == ["a", "b"]
+
+
+def test_accept_is_durable_before_it_returns_even_under_sigkill(tmp_path):
+    script = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from edge_agent.config import AnnouncementSettings
+        from edge_agent.mqtt.announcements import Announcement
+        from edge_agent.mqtt.journal import Journal
+        j = Journal(Path({str(tmp_path)!r}), AnnouncementSettings())
+        j.open()
+        for i in range(5):
+            j.accept(Announcement(f"a{{i}}", "hello"))
+        j.start("a0")
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    result = subprocess.run([sys.executable, "-c", script], check=False)
+    assert result.returncode == -signal.SIGKILL
+    _, found = open_journal(tmp_path)
+    assert [a.id for a, _ in found.pending] == ["a1", "a2", "a3", "a4"]
+    assert found.interrupted == ["a0"]
+
+
+def test_compaction_forgets_the_oldest_finished_ids_beyond_the_limit(tmp_path):
+    journal, _ = open_journal(tmp_path, dedupe_max_ids=3)
+    for name in ("a", "b", "c", "d"):
+        journal.accept(ann(name))
+        journal.finish(name, "done")
+    journal.accept(ann("pending"))
+    journal.close()
+    journal, _ = open_journal(tmp_path, dedupe_max_ids=3)
+    assert journal.get("a") is None and journal.get("b") is None
+    assert journal.get("d").state == "done"
+    assert journal.get("pending").state == "queued"  # pending ones are never forgotten
+
+
+def test_compaction_forgets_finished_ids_older_than_the_age_limit(tmp_path):
+    now = [1_000_000.0]
+    journal, _ = open_journal(tmp_path, clock=lambda: now[0], dedupe_max_age_days=1)
+    journal.accept(ann("old"))
+    journal.finish("old", "done")
+    now[0] += 2 * 86400
+    journal.accept(ann("new"))
+    journal.finish("new", "expired")
+    journal.close()
+    journal, _ = open_journal(tmp_path, clock=lambda: now[0], dedupe_max_age_days=1)
+    assert journal.get("old") is None
+    assert journal.get("new").state == "expired"
+
+
+def test_the_file_stays_small_as_records_accumulate(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "fsync", lambda fd: None)  # durability is not what this test is about
+    journal, _ = open_journal(tmp_path)
+    journal.accept(ann("a"))
+    for _ in range(1500):
+        journal.start("a")
+        journal.requeue("a", 1)
+    lines = (tmp_path / "journal.jsonl").read_text().splitlines()
+    assert len(lines) < 1100
+    journal.close()
+    _, found = open_journal(tmp_path)
+    assert [(a.id, r) for a, r in found.pending] == [("a", 1)]
+    assert all(json.loads(line) for line in lines)
+
+
+def test_finish_needs_a_final_state(tmp_path):
+    journal, _ = open_journal(tmp_path)
+    journal.accept(ann("a"))
+    with pytest.raises(ValueError):
+        journal.finish("a", "speaking")
+    assert not list(tmp_path.glob(".*.tmp"))
+    assert os.path.exists(tmp_path / "journal.jsonl")

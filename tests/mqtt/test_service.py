@@ -1,0 +1,198 @@
+import errno
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from edge_agent.config import AnnouncementSettings
+from edge_agent.mqtt.journal import Journal
+from edge_agent.mqtt.service import Announcements
+from edge_agent.mqtt.speaker import DirOpener
+from tests.mqtt_support import GatedOpener, ToneSynth, wait_until, wav_levels
+
+VOICES = frozenset({"en_US-joe-medium"})
+
+
+class Pipeline:
+    def __init__(self, tmp_path, opener=None, synth=None, **settings):
+        self.statuses: list[dict] = []
+        self.lock = threading.Lock()
+        self.out = tmp_path / "out"
+        self.synth = synth or ToneSynth()
+        self.opener = opener or DirOpener(self.out)
+        s = AnnouncementSettings(state_dir=tmp_path / "state", **settings)
+        self.service = Announcements(s, Journal(s.state_dir, s), publish=self._publish,
+                                     voices=lambda: VOICES, synthesizer=lambda: self.synth,
+                                     opener=lambda: self.opener)
+        self.service.recover()
+
+    def _publish(self, doc):
+        with self.lock:
+            self.statuses.append(doc)
+
+    def send(self, doc):
+        payload = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+        return self.service.receive(payload, "edge/dev/announce")
+
+    def states(self, ann_id):
+        with self.lock:
+            return [d["state"] for d in self.statuses if d["id"] == ann_id]
+
+    def wait_state(self, ann_id, state):
+        wait_until(lambda: state in self.states(ann_id), what=f"{ann_id} {state}")
+
+    def order(self):
+        with self.lock:
+            return [d["id"] for d in self.statuses if d["state"] == "done"]
+
+
+@pytest.fixture
+def pipeline(tmp_path):
+    created = []
+
+    def make(**kw):
+        p = Pipeline(tmp_path, **kw)
+        created.append(p)
+        return p
+
+    yield make
+    for p in created:
+        p.service.stop()
+
+
+def test_an_announcement_goes_queued_speaking_done_with_the_engine(pipeline):
+    p = pipeline()
+    p.service.start()
+    assert p.send({"id": "a", "text": "Hello. World."})
+    p.wait_state("a", "done")
+    assert p.states("a") == ["queued", "speaking", "done"]
+    done = next(d for d in p.statuses if d["state"] == "done")
+    assert done["engine"] == "local" and isinstance(done["ts"], float)
+    assert wav_levels(p.out / "a.wav") == [0.1, 0.2]
+
+
+def test_a_repeated_id_is_not_spoken_again_and_its_state_is_reported(pipeline):
+    p = pipeline()
+    p.service.start()
+    p.send({"id": "a", "text": "Hello."})
+    p.wait_state("a", "done")
+    assert p.send({"id": "a", "text": "Hello again."})
+    wait_until(lambda: len(p.states("a")) == 4)
+    assert p.states("a")[-1] == "done"
+    assert p.statuses[-1]["duplicate"] is True
+    assert p.synth.calls == ["Hello."]
+
+
+def test_invalid_payloads_are_rejected_with_a_reason_and_acknowledged(pipeline):
+    p = pipeline(max_payload_bytes=1024)
+    assert p.send(b"{oops")
+    assert p.send({"id": "x"})
+    assert p.send(b'{"id": "y", "text": "' + b"z" * 2000 + b'"}')
+    rejected = [d for d in p.statuses if d["state"] == "rejected"]
+    assert [d["id"] for d in rejected] == [None, "x", None]
+    assert "invalid JSON" in rejected[0]["error"]
+    assert "missing 'text'" in rejected[1]["error"]
+    assert "limit is 1024" in rejected[2]["error"]
+
+
+def test_an_urgent_announcement_interrupts_at_a_sentence_boundary_and_the_other_resumes(pipeline, tmp_path):
+    opener = GatedOpener(tmp_path / "out", gated="long")
+    p = pipeline(opener=opener)
+    p.service.start()
+    p.send({"id": "long", "text": "One. Two. Three.", "priority": 3})
+    assert opener.entered.wait(30)  # "long" is writing its first sentence, held at the gate
+    p.send({"id": "urgent", "text": "Fire.", "priority": 9})
+    opener.gate.set()
+    p.wait_state("long", "done")
+    assert p.order() == ["urgent", "long"]
+    assert p.states("long") == ["queued", "speaking", "queued", "speaking", "done"]
+    assert wav_levels(tmp_path / "out" / "long.wav") == [0.1, 0.2, 0.3]  # whole, in order
+    assert wav_levels(tmp_path / "out" / "urgent.wav") == [0.1]
+
+
+def test_equal_priority_does_not_interrupt(pipeline, tmp_path):
+    opener = GatedOpener(tmp_path / "out", gated="first")
+    p = pipeline(opener=opener)
+    p.service.start()
+    p.send({"id": "first", "text": "One. Two."})
+    assert opener.entered.wait(30)
+    p.send({"id": "second", "text": "Three."})
+    opener.gate.set()
+    p.wait_state("second", "done")
+    assert p.order() == ["first", "second"]
+    assert p.states("first") == ["queued", "speaking", "done"]
+
+
+def test_queued_announcements_play_in_priority_order(pipeline):
+    p = pipeline()
+    for ann_id, prio in (("low", 1), ("mid", 5), ("high", 9), ("mid2", 5)):
+        p.send({"id": ann_id, "text": "Hi.", "priority": prio})
+    p.service.start()
+    wait_until(lambda: len(p.order()) == 4)
+    assert p.order() == ["high", "mid", "mid2", "low"]
+
+
+def test_expired_announcements_are_not_spoken(pipeline):
+    p = pipeline()
+    p.send({"id": "late", "text": "Too late.", "expires_at": time.time() - 1})
+    p.send({"id": "soon", "text": "Soon.", "expires_at": time.time() + 0.2})
+    assert p.states("late") == ["expired"]
+    time.sleep(0.3)  # let "soon" pass its deadline while waiting in the queue
+    p.service.start()
+    p.wait_state("soon", "expired")
+    assert p.states("soon") == ["queued", "expired"]
+    assert p.synth.calls == []
+
+
+def test_a_full_queue_rejects_new_announcements(pipeline):
+    p = pipeline(queue_max=2)
+    for ann_id in ("a", "b", "c"):
+        p.send({"id": ann_id, "text": "Hi."})
+    assert p.states("c") == ["rejected"]
+    assert "queue full" in p.statuses[-1]["error"]
+
+
+def test_a_journal_that_cannot_write_leaves_the_message_unacknowledged(pipeline, monkeypatch):
+    p = pipeline()
+    real_write = os.write
+
+    def full_disk(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full_disk)
+    assert p.send({"id": "a", "text": "Hi."}) is False
+    monkeypatch.setattr(os, "write", real_write)
+    assert p.states("a") == []
+    assert p.send({"id": "a", "text": "Hi."}) is True  # the broker's redelivery is accepted
+
+
+def test_a_failing_voice_reports_failed_and_the_speaker_carries_on(pipeline):
+    class Flaky(ToneSynth):
+        def stream(self, text, voice=None):
+            if "bad" in text:
+                raise RuntimeError("voice exploded")
+            return super().stream(text, voice)
+
+    p = pipeline(synth=Flaky())
+    p.service.start()
+    p.send({"id": "a", "text": "bad."})
+    p.send({"id": "b", "text": "good."})
+    p.wait_state("b", "done")
+    failed = [d for d in p.statuses if d["state"] == "failed"]
+    assert failed[0]["id"] == "a" and failed[0]["error"] == "voice exploded"
+
+
+def test_announcements_accepted_before_a_restart_are_spoken_after_it(tmp_path):
+    first = Pipeline(tmp_path)
+    for ann_id in ("a", "b"):
+        first.send({"id": ann_id, "text": "Hi."})
+    first.service.stop()
+    second = Pipeline(tmp_path)
+    second.service.start()
+    try:
+        wait_until(lambda: len(second.order()) == 2)
+        assert second.order() == ["a", "b"]
+    finally:
+        second.service.stop()
