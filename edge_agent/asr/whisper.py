@@ -142,14 +142,22 @@ class WhisperOnnx:
     # -- prompt and logit filters ---------------------------------------------------
 
     def prompt(self, language: str | None = None) -> list[int]:
-        """Start-of-transcript sequence (with language and task for multilingual models)."""
+        """The manifest's start-of-transcript sequence, in `language`, ending in `<|notimestamps|>`."""
         t = self.tokens
-        if not self.manifest.multilingual:
-            return [t.sot, t.no_timestamps]
-        lang = t.languages.get(language or "en")
-        if lang is None:
-            raise UsageError(f"asr.language: {language!r} is not a language this model knows")
-        return [t.sot, lang, t.transcribe, t.no_timestamps]
+        sequence = list(t.sot_sequence) or [t.sot]
+        if self.manifest.multilingual and language:
+            lang = t.languages.get(language)
+            if lang is None:
+                raise UsageError(f"asr.language: {language!r} is not a language this model knows")
+            known = set(t.languages.values())
+            at = next((i for i, tok in enumerate(sequence) if tok in known), None)
+            if at is None:
+                sequence.insert(1, lang)
+            else:
+                sequence[at] = lang
+        if t.no_timestamps not in sequence:
+            sequence.append(t.no_timestamps)
+        return sequence
 
     def _suppressed_ids(self) -> npt.NDArray[np.int64]:
         t = self.tokens

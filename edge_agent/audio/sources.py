@@ -107,7 +107,8 @@ class WavFileSource:
         except IsADirectoryError:
             raise AudioError(f"{path}: is a directory") from None
         except (wave.Error, EOFError) as exc:
-            raise AudioError(f"{path}: not a PCM WAV file ({exc or 'no RIFF header'})") from None
+            reason = str(exc) or ("empty file" if size == 0 else "too short for a WAV header")
+            raise AudioError(f"{path}: not a PCM WAV file ({reason})") from None
         except OSError as exc:
             raise AudioError(f"{path}: cannot read: {exc.strerror}") from None
         try:
