@@ -153,8 +153,9 @@ class AsrSettings:
     """full: pad every utterance to Whisper's 30 s window; bucket: to speech + margin, rounded up."""
     bucket_s: float = 2.0
     """With `bucket` padding: encoder input lengths are multiples of this."""
-    margin_s: float = 1.0
-    """With `bucket` padding: silence always added after the speech before rounding up."""
+    margin_s: float = 5.0
+    """With `bucket` padding: silence always added after the speech before rounding up (Whisper
+    needs seconds of trailing silence to end cleanly; less makes it repeat itself)."""
     no_speech_threshold: float = 0.6
     """Drop an utterance whose no-speech probability is above this and whose tokens are unsure."""
 

@@ -18,7 +18,8 @@ import contextlib
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+import zlib
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,27 @@ class Recognition:
     frames: int
     """Mel frames the encoder saw."""
     timings: Timings = field(default_factory=Timings)
+    fallback: bool = False
+    """The short window gave a degenerate result and this one came from the full 30 s window."""
+
+
+COMPRESSION_RATIO_LIMIT = 2.4
+"""Whisper's own threshold: text that gzip shrinks more than this is a repetition loop."""
+
+
+def compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def token_budget(seconds: float) -> int:
+    """Most tokens plausible for `seconds` of speech (fast speech is about 5 tokens a second)."""
+    return 16 + math.ceil(8 * seconds)
+
+
+def degenerate(result: Recognition, limit: int) -> bool:
+    """A repetition loop: decoding used up its budget, or the text repeats itself."""
+    return len(result.tokens) >= limit or compression_ratio(result.text) > COMPRESSION_RATIO_LIMIT
 
 
 def resolve_export_dir(asr: AsrSettings, models: ModelSettings) -> Path:
@@ -222,13 +244,32 @@ class WhisperOnnx:
 
     def recognize(self, audio: Float32, padding: Padding | None = None, *, max_tokens: int = 224,
                   language: str | None = None) -> Recognition:
-        """Transcribe 16 kHz mono audio; beyond 30 s it goes in consecutive 30 s windows."""
+        """Transcribe 16 kHz mono audio; beyond 30 s it goes in consecutive 30 s windows.
+
+        With bucket padding, a degenerate result (a repetition loop: text that
+        compresses too well, or decoding that ran out of tokens) is decoded again
+        with Whisper's full 30 s window, and `fallback` says so.
+        """
         pad = padding or Padding("full")
         if audio.size > N_FRAMES * HOP_LENGTH:
             return self._recognize_long(audio, pad, max_tokens, language)
+        frames = pad.frames(audio.size)
+        limit = min(max_tokens, token_budget(audio.size / SAMPLE_RATE))
+        result = self._recognize_window(audio, frames, limit, language)
+        if frames < N_FRAMES and degenerate(result, limit):
+            log.info("decode at %d frames looks degenerate (%r); retrying with 30 s", frames,
+                     result.text[:80])
+            full = self._recognize_window(audio, N_FRAMES, max_tokens, language)
+            spent = result.timings
+            timings = Timings(spent.features + full.timings.features, spent.encoder + full.timings.encoder,
+                              spent.decoder + full.timings.decoder)
+            return replace(full, timings=timings, fallback=True)
+        return result
+
+    def _recognize_window(self, audio: Float32, frames: int, max_tokens: int,
+                          language: str | None) -> Recognition:
         timings = Timings()
         started = time.perf_counter()
-        frames = pad.frames(audio.size)
         mel = self.features(audio, frames)
         timings.features = time.perf_counter() - started
         started = time.perf_counter()

@@ -7,7 +7,7 @@ import importlib
 
 from edge_agent.commands.context import Context
 
-SUBJECTS = {"tts": "edge_agent.bench.tts"}
+SUBJECTS = {"tts": "edge_agent.bench.tts", "asr": "edge_agent.bench.asr"}
 """Subject name -> module with `add_arguments(parser)` and `run(ctx, args) -> int`."""
 
 

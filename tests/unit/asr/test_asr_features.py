@@ -30,12 +30,11 @@ def test_too_short_input_is_an_error():
 
 @pytest.mark.parametrize("n_mels", [80, 128])
 def test_mel_filters_equal_whispers_own(n_mels):
-    whisper_audio = pytest.importorskip("whisper.audio")
-    import importlib.resources
+    pytest.importorskip("whisper.audio")
+    from importlib.resources import as_file, files
 
-    with importlib.resources.as_file(importlib.resources.files("whisper") / "assets" / "mel_filters.npz") as p:
-        reference = np.load(p)[f"mel_{n_mels}"]
-    assert whisper_audio is not None
+    with as_file(files("whisper") / "assets" / "mel_filters.npz") as path:
+        reference = np.load(path)[f"mel_{n_mels}"]
     np.testing.assert_allclose(mel_filters(n_mels), reference, atol=1e-7)
 
 

@@ -88,7 +88,7 @@ def test_implausible_sample_rate_is_refused(tmp_path, rate):
         wav.setsampwidth(2)
         wav.setframerate(rate)
         wav.writeframes(bytes(4000))
-    with pytest.raises(AudioError, match="sample rate .* is outside"):
+    with pytest.raises(AudioError, match=r"sample rate .* is outside"):
         WavFileSource(path)
 
 

@@ -1,3 +1,5 @@
+import itertools
+
 import numpy as np
 import pytest
 from speech_fixtures import RATE, noise, silence
@@ -55,7 +57,9 @@ def test_one_utterance_is_found_where_the_speech_is(speech, classifier):
 
 @pytest.mark.parametrize("engine", ["webrtc", "silero"])
 def test_silence_and_quiet_noise_give_no_utterance(engine, silero_model):
-    make = (lambda: SileroClassifier.load(silero_model)) if engine == "silero" else (lambda: WebRtcClassifier(2))
+    def make():
+        return SileroClassifier.load(silero_model) if engine == "silero" else WebRtcClassifier(2)
+
     assert segment(silence(10), make())[0] == []
     assert segment(noise(10, 0.01), make())[0] == []
 
@@ -99,7 +103,7 @@ def test_long_speech_is_cut_at_max_utterance_and_continues(speech):
     assert len(found) >= 3 and seg.stats.cuts >= 2
     assert all(u.end - u.audio_start <= 3.0 + 0.31 for u in found)
     cut = [u for u in found if u.cut]
-    assert cut and all(later.start >= earlier.end for earlier, later in zip(found, found[1:]))
+    assert cut and all(later.start >= earlier.end for earlier, later in itertools.pairwise(found))
 
 
 @pytest.mark.parametrize("block", [1, 160, 777, 48000])
@@ -122,7 +126,7 @@ def test_webrtc_and_silero_agree_on_the_same_audio(speech, silero_model):
     web, _ = segment(x, WebRtcClassifier(2))
     sil, _ = segment(x, SileroClassifier.load(silero_model))
     assert len(web) == len(sil) == 3
-    for w, s in zip(web, sil):
+    for w, s in zip(web, sil, strict=True):
         assert abs(w.start - s.start) < 0.2 and abs(w.end - s.end) < 0.25
 
 
