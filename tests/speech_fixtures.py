@@ -7,6 +7,8 @@ once (espeak-ng and our Piper voice) and kept in the shared test cache.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import wave
 from pathlib import Path
 
@@ -36,6 +38,12 @@ def write_wav(path: Path, samples: np.ndarray, rate: int = RATE, channels: int =
         wav.setframerate(rate)
         wav.writeframes(raw)
     return path
+
+
+def run_cli(*args: str, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run `edge-agent` in a subprocess, as a user would."""
+    return subprocess.run([sys.executable, "-m", "edge_agent", *args], input=stdin, capture_output=True,
+                          text=True, timeout=timeout, check=False)
 
 
 def silence(seconds: float) -> np.ndarray:
