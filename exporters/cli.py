@@ -1,0 +1,141 @@
+"""`edge-export`: whisper | quantize | verify.
+
+Exit codes: 0 ok, 2 bad usage or bad input (one line on stderr), 1 internal failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from edge_agent.cli import common_options
+from edge_agent.commands.context import Context
+from edge_agent.errors import EdgeError, ModelError
+from edge_agent.logs import setup_logging
+from exporters.progress import Progress
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from exporters.quantize import MODES
+    from exporters.whisper.pipeline import DEFAULT_VARIANTS, VARIANTS
+
+    common = common_options()
+    common.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    common.add_argument("--threads", type=_positive, default=2, help="onnxruntime threads when measuring")
+    parser = _Parser(prog="edge-export", description="Export real PyTorch speech models to ONNX, "
+                     "quantize them by measurement and check parity.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    w = sub.add_parser("whisper", parents=[common], help="Whisper weights -> measured ONNX variants",
+                       description="Export a Whisper model to ONNX (encoder + KV-cached decoder), derive "
+                       "quantized variants, measure them against PyTorch and write manifest.json.")
+    w.add_argument("--source", required=True, metavar="ID|PATH",
+                   help="catalog id (whisper-tiny.en, whisper-base), a CTranslate2 directory, "
+                   "or an openai-whisper .pt checkpoint")
+    w.add_argument("--out", type=Path, metavar="DIR",
+                   help="export directory (default: <models.cache_dir>/exported/<source>)")
+    w.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                   help=f"comma-separated, from {','.join(VARIANTS)} (default: %(default)s)")
+    w.add_argument("--force", action="store_true", help="export even if DIR is up to date")
+    w.add_argument("--max-tokens", type=_positive, help="cap on decoded tokens per clip")
+    w.set_defaults(handler=run_whisper)
+
+    q = sub.add_parser("quantize", parents=[common], help="compress one ONNX model and measure it",
+                       description="Write MODEL.onnx compressed by --mode to --out, measure it side by "
+                       "side with the source and record the result in manifest.json beside --out.")
+    q.add_argument("model", type=Path, metavar="MODEL.onnx")
+    q.add_argument("--mode", required=True, choices=MODES)
+    q.add_argument("--out", required=True, type=Path, metavar="FILE")
+    q.add_argument("--inputs", type=Path, metavar="FILE.npz",
+                   help="sample inputs (arrays named after the model inputs); also the calibration set")
+    q.add_argument("--repeats", type=_positive, default=5, help="timed runs (median)")
+    q.set_defaults(handler=run_quantize)
+
+    v = sub.add_parser("verify", parents=[common], help="re-check hashes and parity of an export dir")
+    v.add_argument("dir", type=Path, metavar="DIR")
+    v.set_defaults(handler=run_verify)
+    return parser
+
+
+def _progress(args: argparse.Namespace) -> Progress:
+    return Progress(quiet=args.quiet)
+
+
+def run_whisper(args: argparse.Namespace) -> int:
+    from exporters.clips import clip_set
+    from exporters.whisper.pipeline import ExportOptions, export_whisper, parse_variants, resolve_source, up_to_date
+
+    progress = _progress(args)
+    variants = parse_variants(args.variants)
+    ctx = Context(args)
+    store = ctx.store
+    source = resolve_source(args.source, store, progress)
+    out = args.out or store.cache_dir / "exported" / source.name
+    options = ExportOptions(variants=variants, threads=args.threads, max_tokens=args.max_tokens)
+    if not args.force and up_to_date(out, source, options):
+        progress(f"{out}: up to date (same source sha256 and variants); --force re-exports")
+    else:
+        clips = clip_set(store.cache_dir, store, progress)
+        export_whisper(source, out, clips, options, progress)
+    print(out)
+    return 0
+
+
+def run_quantize(args: argparse.Namespace) -> int:
+    from exporters.quantize_cmd import quantize_and_measure
+
+    summary = quantize_and_measure(args.model, args.out, args.mode, args.inputs, args.threads,
+                                   args.repeats, _progress(args))
+    print(summary)
+    return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from exporters.verify import verify_dir
+
+    problems = verify_dir(args.dir, args.threads, _progress(args))
+    for problem in problems:
+        print(f"FAILED {problem}")
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ModelError(problems[0] + more)
+    print(f"{args.dir}: ok")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args: Any = parser.parse_args(argv)
+    setup_logging(verbosity=args.verbose)
+    log = logging.getLogger("exporters")
+    try:
+        code: int = args.handler(args)
+        return code
+    except EdgeError as exc:
+        print(f"edge-export: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception:
+        log.exception("internal error")
+        return 1

@@ -1,0 +1,67 @@
+"""`manifest.json`: what an export directory holds, how it was measured, and every file's hash."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from edge_agent.errors import ModelError
+from edge_agent.models.store import sha256_file
+
+MANIFEST = "manifest.json"
+
+_DTYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 9: "bool", 3: "int8", 2: "uint8"}
+
+
+def file_entry(path: Path) -> dict[str, Any]:
+    return {"sha256": sha256_file(path), "size": path.stat().st_size}
+
+
+def io_signature(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """Inputs and outputs of an ONNX graph: name, dtype and shape (ints or symbolic names)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+
+    def describe(values: Any) -> list[dict[str, Any]]:
+        out = []
+        for v in values:
+            t = v.type.tensor_type
+            shape = [d.dim_param if d.dim_param else d.dim_value for d in t.shape.dim]
+            out.append({"name": v.name, "dtype": _DTYPES.get(t.elem_type, str(t.elem_type)), "shape": shape})
+        return out
+
+    inits = {i.name for i in graph.initializer}
+    return {"inputs": describe(v for v in graph.input if v.name not in inits),
+            "outputs": describe(graph.output)}
+
+
+def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2, sort_keys=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    path = directory / MANIFEST
+    if not directory.is_dir():
+        raise ModelError(f"{directory}: no such directory")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelError(f"{path}: missing (not an export directory)") from None
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{path}: unreadable ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
+        raise ModelError(f"{path}: not an edge-export manifest (no 'files')")
+    return doc

@@ -1,0 +1,256 @@
+"""ONNX weight compression for any model: int8 on MatMul/Gemm weights, fp16, static int8.
+
+- `int8-matmul`: dynamic int8 on MatMul/Gemm nodes whose weight is a constant. Convolutions
+  and activation-by-activation products (attention scores) stay float: blanket int8 makes
+  conv-heavy models slower (Piper 2.8x, HiFi-GAN ~10x in published reports).
+- `fp16`: every float weight and activation in half precision, float32 at the graph's
+  inputs and outputs. onnxconverter-common leaves the model's own `Cast(to=FLOAT)` nodes
+  alone, so their float32 outputs meet float16 consumers and onnxruntime refuses the model
+  ("Type (tensor(float16)) of output arg ... does not match"); we retarget every such Cast
+  that does not feed a graph output to FLOAT16.
+- `int8-all`: dynamic int8 on every op onnxruntime can quantize (convolutions included):
+  the "blanket" setting, kept only to measure what it costs.
+- `int8-static`: QDQ, per-channel int8 weights and calibrated int8 activations on the same
+  MatMul/Gemm nodes. It needs calibration inputs and can break small models: measure it.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from edge_agent.errors import ModelError, UsageError
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["int8-matmul", "fp16", "int8-static", "int8-all"]
+MODES: tuple[Mode, ...] = ("int8-matmul", "fp16", "int8-static", "int8-all")
+Feed = dict[str, np.ndarray]
+
+
+def load_onnx(path: Path) -> onnx.ModelProto:
+    """Load and structurally check an ONNX file; a bad file is a `ModelError` naming it."""
+    if not path.is_file():
+        raise ModelError(f"{path}: no such file")
+    try:
+        model = onnx.load(str(path))
+        onnx.checker.check_model(model)
+    except Exception as exc:  # protobuf and the checker raise assorted types
+        text = str(exc).strip().splitlines()
+        raise ModelError(f"{path}: not a valid ONNX model ({text[0] if text else type(exc).__name__})") \
+            from None
+    return model
+
+
+def weight_matmuls(model: onnx.ModelProto) -> list[str]:
+    """Names of MatMul/Gemm nodes whose second input is a constant weight."""
+    inits = {i.name for i in model.graph.initializer}
+    names = []
+    for i, node in enumerate(model.graph.node):
+        if node.op_type in ("MatMul", "Gemm") and node.input[1] in inits:
+            if not node.name:
+                node.name = f"{node.op_type}_{i}"
+            names.append(node.name)
+    return names
+
+
+def untie_embeddings(model: onnx.ModelProto) -> list[str]:
+    """Give tied projections their own weight, so both sides can be quantized.
+
+    A `Gemm(x, E, transB=1)` reading an embedding matrix E that a `Gather` also reads
+    (Whisper's vocabulary projection) is left in float by onnxruntime's quantizer, which
+    then adds a float transposed copy of E. We rewrite it as `MatMul(x, E^T)` and return the
+    names of the embedding Gathers, which are quantized alongside (int8 rows, dequantized
+    after the lookup).
+    """
+    from onnx import numpy_helper
+
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    gathers = {n.input[0]: n for n in graph.node if n.op_type == "Gather" and n.input[0] in inits}
+    tied: list[str] = []
+    for index, node in enumerate(list(graph.node)):
+        if node.op_type != "Gemm" or node.input[1] not in gathers or len(node.input) > 2:
+            continue
+        attrs = {a.name: a.i for a in node.attribute}
+        if attrs.get("transB") != 1 or attrs.get("transA", 0) != 0:
+            continue
+        weight = numpy_helper.to_array(inits[node.input[1]])
+        copy = numpy_helper.from_array(np.ascontiguousarray(weight.T), f"{node.input[1]}.T")
+        graph.initializer.append(copy)
+        matmul = onnx.helper.make_node("MatMul", [node.input[0], copy.name], list(node.output),
+                                       name=node.name or f"untied_{index}")
+        graph.node.remove(node)
+        graph.node.insert(index, matmul)
+        gather = gathers[node.input[1]]
+        gather.name = gather.name or f"embedding_{index}"
+        tied.append(gather.name)
+    return tied
+
+
+def quantize_int8_matmul(src: Path, dst: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model = load_onnx(src)
+    embeddings = untie_embeddings(model)
+    nodes = weight_matmuls(model)
+    if not nodes:
+        raise UsageError(f"{src}: no MatMul/Gemm with constant weights: nothing to quantize")
+    quantize_dynamic(model, dst, op_types_to_quantize=["MatMul", "Gemm", "Gather"],
+                     nodes_to_quantize=nodes + embeddings, weight_type=QuantType.QInt8,
+                     per_channel=False)
+
+
+def quantize_int8_all(src: Path, dst: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(load_onnx(src), dst, weight_type=QuantType.QInt8)
+
+
+def quantize_fp16(src: Path, dst: Path) -> None:
+    from onnxconverter_common import float16
+
+    model = load_onnx(src)
+    for i, node in enumerate(model.graph.node):
+        node.name = node.name or f"{node.op_type}_{i}"
+    own_casts = {n.name for n in model.graph.node if n.op_type in _TYPED_OPS}
+    converted = float16.convert_float_to_float16(model, keep_io_types=True)
+    retarget_float_casts(converted, own_casts)
+    harmonize_float_inputs(converted)
+    onnx.save(converted, str(dst))
+
+
+_SAME_TYPE_OPS = {"Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "LessOrEqual",
+                  "GreaterOrEqual", "Max", "Min", "Sum", "Mean", "Concat", "MatMul"}
+"""Ops whose float inputs must all share one type."""
+_SAME_TYPE_SLOTS = {"Where": (1, 2), "Pad": (0, 2), "Clip": (0, 1, 2), "Range": (0, 1, 2)}
+"""Ops where only some inputs share the float type."""
+
+
+def harmonize_float_inputs(model: onnx.ModelProto) -> int:
+    """Cast float32 inputs to float16 where an op would otherwise mix the two.
+
+    The converter leaves some float32 constants in place (e.g. a VITS attention mask's
+    comparison value), which onnxruntime then rejects ("Type parameter (T) ... bound to
+    different types"). Returns the number of casts inserted.
+    """
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types: dict[str, int] = {}
+    for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output):
+        types[v.name] = v.type.tensor_type.elem_type
+    for init in model.graph.initializer:
+        types[init.name] = init.data_type
+    for node in inferred.graph.node:
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value":
+                    types[node.output[0]] = attr.t.data_type
+    inserted = 0
+    nodes = list(model.graph.node)
+    for node in nodes:
+        if node.op_type in _SAME_TYPE_OPS:
+            slots = list(range(len(node.input)))
+        elif node.op_type in _SAME_TYPE_SLOTS:
+            slots = [i for i in _SAME_TYPE_SLOTS[node.op_type] if i < len(node.input)]
+        else:
+            continue
+        kinds = {types.get(node.input[i]) for i in slots if node.input[i]}
+        if not {TensorProto.FLOAT, TensorProto.FLOAT16} <= kinds:
+            continue
+        for i in slots:
+            if types.get(node.input[i]) == TensorProto.FLOAT:
+                cast_out = f"{node.input[i]}_as_fp16_{inserted}"
+                cast = onnx.helper.make_node("Cast", [node.input[i]], [cast_out], to=TensorProto.FLOAT16,
+                                             name=f"harmonize_cast_{inserted}")
+                model.graph.node.insert(list(model.graph.node).index(node), cast)
+                node.input[i] = cast_out
+                inserted += 1
+    return inserted
+
+
+_TYPED_OPS = {"Cast": "to", "RandomNormalLike": "dtype", "RandomUniformLike": "dtype",
+              "RandomNormal": "dtype", "RandomUniform": "dtype", "EyeLike": "dtype"}
+"""Ops whose output type is an attribute the converter does not rewrite."""
+
+
+def retarget_float_casts(model: onnx.ModelProto, own: set[str]) -> int:
+    """Point the model's own Cast(to=FLOAT) (and random ops' dtype=FLOAT) at FLOAT16.
+
+    Only nodes named in `own` (present before conversion) change: casts the converter
+    inserted around graph I/O and blocked ops are left alone, and so is any node touching a
+    graph input or output.
+    """
+    io = {o.name for o in model.graph.output} | {i.name for i in model.graph.input}
+    changed = 0
+    for node in model.graph.node:
+        if node.op_type not in _TYPED_OPS or node.name not in own:
+            continue
+        if any(t in io for t in (*node.input, *node.output)):
+            continue
+        for attr in node.attribute:
+            if attr.name == _TYPED_OPS[node.op_type] and attr.i == TensorProto.FLOAT:
+                attr.i = TensorProto.FLOAT16
+                changed += 1
+    return changed
+
+
+class _Feeds:
+    """onnxruntime's CalibrationDataReader over a list of feeds."""
+
+    def __init__(self, feeds: Iterable[Feed]) -> None:
+        self._it: Iterator[Feed] = iter(feeds)
+
+    def get_next(self) -> Feed | None:
+        return next(self._it, None)
+
+    def rewind(self) -> None:  # pragma: no cover - only used by some calibrators
+        pass
+
+
+def quantize_int8_static(src: Path, dst: Path, calibration: list[Feed]) -> None:
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    if not calibration:
+        raise UsageError("int8-static needs calibration inputs")
+    model = load_onnx(src)
+    nodes = weight_matmuls(model)
+    if not nodes:
+        raise UsageError(f"{src}: no MatMul/Gemm with constant weights: nothing to quantize")
+    reader: Any = _Feeds(calibration)
+    with tempfile.TemporaryDirectory(prefix="calib-") as tmp:
+        prepared = Path(tmp) / "model.onnx"
+        onnx.save(model, str(prepared))
+        quantize_static(
+            prepared, dst, reader, quant_format=QuantFormat.QDQ, per_channel=True,
+            op_types_to_quantize=["MatMul", "Gemm"], nodes_to_quantize=nodes,
+            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax,
+            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
+        )
+
+
+def quantize(src: Path, dst: Path, mode: Mode, calibration: list[Feed] | None = None) -> None:
+    """Write `src` compressed by `mode` to `dst` (atomically: a partial file never lands)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.partial")
+    try:
+        if mode == "int8-matmul":
+            quantize_int8_matmul(src, tmp)
+        elif mode == "fp16":
+            quantize_fp16(src, tmp)
+        elif mode == "int8-static":
+            quantize_int8_static(src, tmp, calibration or [])
+        elif mode == "int8-all":
+            quantize_int8_all(src, tmp)
+        else:
+            raise UsageError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
+        tmp.replace(dst)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,471 @@
+"""`edge-export whisper`: real weights -> PyTorch -> ONNX variants, measured, with a manifest.
+
+Steps: resolve the source (catalog id, CTranslate2 directory or `.pt` checkpoint), load it
+into openai-whisper's PyTorch module and check it transcribes the test clips, export the
+fp32 encoder and decoder, derive the requested variants, measure each against PyTorch on
+the same clips (size, load time, RTF, max logit difference, WER), pick the default variant
+by measurement and write everything to `manifest.json` (FORMAT.md).
+
+The export is built in a staging directory beside the target and renamed into place, so
+an interrupted run never leaves a half-written model directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import statistics
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge_agent.errors import ModelError, UsageError
+from edge_agent.models import ModelStore
+from edge_agent.models.store import sha256_file
+from exporters.clips import Clip
+from exporters.manifest import MANIFEST, file_entry, io_signature, read_manifest, write_json_atomic
+from exporters.progress import Progress
+from exporters.quantize import Feed, quantize
+from exporters.wer import wer
+
+log = logging.getLogger(__name__)
+
+FORMAT = "edge-speech/whisper-onnx"
+FORMAT_VERSION = 1
+VARIANTS = ("fp32", "int8", "fp16", "int8-static")
+DEFAULT_VARIANTS = ("fp32", "int8", "fp16")
+MODES = {"int8": "int8-matmul", "fp16": "fp16", "int8-static": "int8-static"}
+MAX_WER_DRIFT = 1.0
+"""A variant may be the default only if its WER against the PyTorch transcripts is at most this."""
+PARITY_MAX_TOKENS = 48
+"""Tokens per parity run: enough to cover a sentence, bounded when unpadded input makes Whisper loop."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the weights come from."""
+
+    kind: str
+    """`catalog`, `ct2` (a CTranslate2 directory) or `pt` (an openai-whisper checkpoint)."""
+    ref: str
+    """The catalog id or the path as given."""
+    path: Path
+    """The CTranslate2 directory or the `.pt` file."""
+    sha256: str
+    """Of `model.bin` or of the `.pt` file."""
+
+    @property
+    def name(self) -> str:
+        """Directory name for the default export location."""
+        if self.kind == "catalog":
+            return self.ref
+        stem = self.path.name if self.kind == "ct2" else self.path.stem
+        return f"{stem}-{self.sha256[:12]}"
+
+    def describe(self) -> dict[str, Any]:
+        key = "id" if self.kind == "catalog" else "path"
+        value = self.ref if self.kind == "catalog" else str(self.path.resolve())
+        return {"kind": self.kind, key: value, "sha256": self.sha256}
+
+
+def resolve_source(arg: str, store: ModelStore, progress: Progress) -> Source:
+    """A catalog id (fetched through the store), a CTranslate2 directory or a `.pt` file."""
+    if arg in store.catalog.entries:
+        entry = store.catalog.get(arg)
+        if entry.task != "asr-source" or entry.runtime != "ctranslate2":
+            raise UsageError(f"{arg!r} is a {entry.task} model, not a Whisper source "
+                             f"(Whisper sources: {', '.join(whisper_ids(store))})")
+        files = store.fetch(arg, progress=progress)
+        return Source("catalog", arg, files.path("model.bin").parent, entry.file("model.bin").sha256)
+    path = Path(arg).expanduser()
+    if path.is_dir():
+        if not (path / "model.bin").is_file():
+            raise ModelError(f"{path}: not a CTranslate2 Whisper directory (no model.bin)")
+        return Source("ct2", arg, path, sha256_file(path / "model.bin"))
+    if path.is_file():
+        return Source("pt", arg, path, sha256_file(path))
+    if "/" in arg or arg.endswith((".pt", ".bin")) or path.suffix:
+        raise ModelError(f"{arg}: no such file or directory")
+    raise ModelError(f"unknown source {arg!r}: not a catalog id ({', '.join(whisper_ids(store))}) "
+                     "nor an existing path")
+
+
+def whisper_ids(store: ModelStore) -> list[str]:
+    return [e.id for e in store.catalog if e.task == "asr-source" and e.runtime == "ctranslate2"]
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """Knobs of one export."""
+
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
+    threads: int = 2
+    """onnxruntime intra-op threads while measuring."""
+    trim_pad_s: float = 4.0
+    """Silence after each clip when measuring the unpadded ("trimmed") encoder input."""
+    max_source_wer: float | None = 25.0
+    """Refuse to export when PyTorch's WER on the clips against their text is above this; None skips."""
+    max_tokens: int | None = None
+    """Cap on decoded tokens per clip (default: Whisper's n_text_ctx // 2)."""
+    parity_clips: tuple[int, ...] = (0, 2, -1)
+    """Clips (by index) for the logit parity runs: the first padded to 30 s, the others unpadded."""
+    load_repeats: int = 3
+    timing_repeats: int = 2
+    """Timed passes over the clips; the best time per clip counts."""
+
+
+@dataclass
+class _Context:
+    """Everything the measuring steps share."""
+
+    clips: list[Clip]
+    mels: list[np.ndarray]
+    trimmed: list[np.ndarray]
+    ref_texts: list[str]
+    parity: list[dict[str, Any]]
+    parity_arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def parse_variants(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown or not names:
+        raise UsageError(f"--variants: unknown {', '.join(unknown) or 'empty list'} "
+                         f"(choose from {', '.join(VARIANTS)})")
+    return names
+
+
+def up_to_date(out_dir: Path, source: Source, options: ExportOptions) -> bool:
+    """True if `out_dir` already holds this source's export with these variants."""
+    try:
+        doc = read_manifest(out_dir)
+    except ModelError:
+        return False
+    return (doc.get("format") == FORMAT and doc.get("format_version") == FORMAT_VERSION
+            and doc.get("source", {}).get("sha256") == source.sha256
+            and set(doc.get("variants", {})) == set(options.variants))
+
+
+def export_whisper(source: Source, out_dir: Path, clips: list[Clip], options: ExportOptions,
+                   progress: Progress) -> dict[str, Any]:
+    """Export, measure and write `out_dir`; returns the manifest."""
+    import torch
+
+    from exporters.whisper import reference as ref_mod
+    from exporters.whisper.tokenizer_json import build_tokenizer_json, check_tokenizer
+
+    _check_target(out_dir)
+    with progress.step(f"loading {source.ref} into PyTorch"):
+        model = ref_mod.load_model(source.path)
+    ref = ref_mod.Reference(model, options.max_tokens)
+    sp = ref.specials
+    n_mels = model.dims.n_mels
+    torch.set_num_threads(options.threads)
+
+    with progress.step(f"PyTorch reference on {len(clips)} clips"):
+        mels = [ref_mod.log_mel(c.audio, n_mels) for c in clips]
+        ref_tokens, ref_seconds = [], 0.0
+        for mel in mels:
+            started = time.perf_counter()
+            ref_tokens.append(ref.decode(mel))
+            ref_seconds += time.perf_counter() - started
+        ref_texts = [ref.text(t) for t in ref_tokens]
+    audio_s = sum(c.duration_s for c in clips)
+    truths = [c.text for c in clips]
+    ref_wer_truth = wer(truths, ref_texts)
+    for clip, text in zip(clips, ref_texts, strict=True):
+        progress(f"  {clip.name:<9} {text}")
+    progress(f"PyTorch: WER {ref_wer_truth:.1f}% against the known text, RTF {ref_seconds / audio_s:.3f}")
+    if options.max_source_wer is not None and ref_wer_truth > options.max_source_wer:
+        worst = max(range(len(clips)), key=lambda i: wer([truths[i]], [ref_texts[i]]))
+        raise ModelError(
+            f"{source.ref}: the PyTorch model does not transcribe the test clips (WER {ref_wer_truth:.0f}% > "
+            f"{options.max_source_wer:.0f}%; {clips[worst].name!r} came out as {ref_texts[worst]!r}); "
+            "refusing to export")
+
+    pad = int(options.trim_pad_s * ref_mod.SAMPLE_RATE)
+    trimmed = [ref_mod.log_mel(c.audio, n_mels, ref_mod.frames_for(len(c.audio) + pad)) for c in clips]
+    ctx = _Context(clips, mels, trimmed, ref_texts, [])
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.staging-", dir=out_dir.parent))
+    try:
+        with progress.step("parity fixture (PyTorch logits)"):
+            _parity_fixture(model, ref, ctx, options)
+            np.savez(stage / "parity.npz", **ctx.parity_arrays)
+        tokenizer_origin = _tokenizer(source, model, stage / "tokenizer.json", build_tokenizer_json)
+        check_tokenizer(stage / "tokenizer.json", sp)
+
+        from exporters.whisper.onnx_export import OPSET, export_decoder, export_encoder
+
+        with progress.step("exporting encoder (fp32)"):
+            export_encoder(model, stage / "encoder.fp32.onnx")
+        with progress.step("exporting decoder with KV cache (fp32)"):
+            export_decoder(model, stage / "decoder.fp32.onnx")
+        config = _decode_config(model, sp, options)
+        variants: dict[str, dict[str, Any]] = {}
+        calibration: list[Feed] | None = None
+        runners: dict[str, Any] = {}
+        for name in ("fp32", *[v for v in options.variants if v != "fp32"]):
+            files = {"encoder": f"encoder.{name}.onnx", "decoder": f"decoder.{name}.onnx"}
+            variants[name] = {"files": files, "mode": MODES.get(name, "export")}
+            try:
+                if name != "fp32":
+                    if name == "int8-static" and calibration is None:
+                        with progress.step("collecting calibration inputs"):
+                            calibration = _calibration(stage, config, ctx, options)
+                    _make_variant(stage, name, files, calibration, progress)
+                with progress.step(f"loading {name} and checking logit parity"):
+                    runners[name], measured = _prepare(stage, files, config, ctx, options)
+                variants[name] |= measured
+            except Exception as exc:  # a variant that fails is recorded, not fatal
+                log.debug("variant %s failed:\n%s", name, traceback.format_exc())
+                variants[name] |= {"files": {}, "error": _one_line(exc)}
+                for f in files.values():
+                    (stage / f).unlink(missing_ok=True)
+                if name == "fp32":
+                    raise ModelError(f"fp32 export does not run: {_one_line(exc)}") from exc
+        with progress.step(f"timing {', '.join(runners)} and PyTorch side by side on {len(clips)} clips"):
+            timings = _time_side_by_side(runners, ref, ctx, options)
+        for name, v in variants.items():
+            if name in timings:
+                v |= timings[name]
+            _report(progress, name, v)
+        ref_rtf = timings["pytorch"]["rtf"]
+        if "fp32" not in options.variants:
+            for f in variants.pop("fp32")["files"].values():
+                (stage / f).unlink()
+        default = pick_default(variants)
+        progress(f"default variant: {default} (fastest with WER drift <= {MAX_WER_DRIFT} point)")
+        manifest = {
+            "format": FORMAT, "format_version": FORMAT_VERSION,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "source": source.describe(),
+            "sample_rate": ref_mod.SAMPLE_RATE,
+            "dims": ref_mod.dims_dict(model),
+            "multilingual": bool(model.is_multilingual),
+            "special_tokens": _special_tokens(sp),
+            "suppress_tokens": list(sp.suppress_tokens),
+            "begin_suppress_tokens": list(sp.begin_suppress_tokens),
+            "max_frames": ref_mod.FULL_FRAMES,
+            "tokenizer": {"file": "tokenizer.json", "origin": tokenizer_origin},
+            "opset": OPSET,
+            "models": {
+                "encoder": io_signature(stage / "encoder.fp32.onnx" if "fp32" in variants
+                                        else stage / variants[default]["files"]["encoder"]),
+                "decoder": io_signature(stage / "decoder.fp32.onnx" if "fp32" in variants
+                                        else stage / variants[default]["files"]["decoder"]),
+            },
+            "variants": variants,
+            "default_variant": default,
+            "default_rule": f"lowest rtf among variants with wer <= {MAX_WER_DRIFT}",
+            "reference": {
+                "runtime": f"PyTorch {torch.__version__} (openai-whisper)", "threads": options.threads,
+                "rtf": ref_rtf, "wer_truth": ref_wer_truth,
+            },
+            "clips": [
+                {"name": c.name, "text": c.text, "engine": c.engine, "duration_s": round(c.duration_s, 3),
+                 "reference_transcript": t}
+                for c, t in zip(clips, ref_texts, strict=True)
+            ],
+            "trim_pad_s": options.trim_pad_s,
+            "parity": {"file": "parity.npz", "runs": ctx.parity},
+            "files": {p.name: file_entry(p) for p in sorted(stage.iterdir()) if p.name != MANIFEST},
+        }
+        write_json_atomic(stage / MANIFEST, manifest)
+        _replace_dir(stage, out_dir)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return manifest
+
+
+def pick_default(variants: dict[str, dict[str, Any]]) -> str:
+    """The fastest variant whose WER against PyTorch's transcripts is within MAX_WER_DRIFT."""
+    usable = {n: v for n, v in variants.items() if "error" not in v and v["wer"] <= MAX_WER_DRIFT}
+    if not usable:
+        raise ModelError("no variant transcribes the test clips within "
+                         f"{MAX_WER_DRIFT} point of PyTorch: see the measurements above")
+    return min(usable, key=lambda n: usable[n]["rtf"])
+
+
+# -- steps --------------------------------------------------------------------------------------
+
+
+def _check_target(out_dir: Path) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir}: exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
+        raise UsageError(f"--out {out_dir}: not empty and not an export directory; refusing to replace it")
+
+
+def _replace_dir(stage: Path, out_dir: Path) -> None:
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{int(time.time())}")
+        out_dir.rename(old)
+    stage.rename(out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _tokenizer(source: Source, model: Any, dest: Path,
+               build: Callable[[Any], dict[str, Any]]) -> str:
+    shipped = source.path / "tokenizer.json" if source.kind != "pt" else None
+    if shipped is not None and shipped.is_file():
+        shutil.copyfile(shipped, dest)
+        return "copied from the CTranslate2 directory"
+    write_json_atomic(dest, build(model))
+    return "generated from openai-whisper's tiktoken vocabulary"
+
+
+def _decode_config(model: Any, sp: Any, options: ExportOptions) -> Any:
+    from exporters.whisper.runner import DecodeConfig
+
+    return DecodeConfig(
+        eot=sp.eot, sot_sequence=sp.sot_sequence, suppress_tokens=sp.suppress_tokens,
+        begin_suppress_tokens=sp.begin_suppress_tokens, n_text_layer=model.dims.n_text_layer,
+        n_text_state=model.dims.n_text_state, max_tokens=options.max_tokens or model.dims.n_text_ctx // 2,
+    )
+
+
+def _parity_fixture(model: Any, ref: Any, ctx: _Context, options: ExportOptions) -> None:
+    from exporters.whisper import reference as ref_mod
+
+    seen: set[int] = set()
+    for run, raw in enumerate(options.parity_clips):
+        index = raw % len(ctx.clips)
+        padded = run == 0
+        if index in seen and not padded:
+            continue
+        seen.add(index)
+        clip = ctx.clips[index]
+        mel = ctx.mels[index] if padded else ref_mod.log_mel(clip.audio, model.dims.n_mels, None)
+        saved_max = ref.max_tokens
+        ref.max_tokens = min(saved_max, PARITY_MAX_TOKENS)
+        try:
+            tokens = [*ref.specials.sot_sequence, *ref.decode(mel)]
+        finally:
+            ref.max_tokens = saved_max
+        logits = ref_mod.teacher_forced_logits(model, mel, tokens)
+        key = f"run{len(ctx.parity)}"
+        ctx.parity_arrays |= {f"{key}_mel": mel, f"{key}_tokens": np.array(tokens, dtype=np.int64),
+                              f"{key}_logits": logits.astype(np.float32)}
+        ctx.parity.append({"key": key, "clip": clip.name, "n_frames": int(mel.shape[1]),
+                           "padded_to_30s": padded, "n_tokens": len(tokens)})
+
+
+def _make_variant(stage: Path, name: str, files: dict[str, str], calibration: list[Feed] | None,
+                  progress: Progress) -> None:
+    mode = MODES[name]
+    for part, filename in files.items():
+        with progress.step(f"{name}: {part} ({mode})"):
+            feeds = None
+            if calibration is not None and name == "int8-static":
+                feeds = [f for f in calibration if ("mel" in f) == (part == "encoder")]
+            quantize(stage / f"{part}.fp32.onnx", stage / filename, mode, feeds)  # type: ignore[arg-type]
+
+
+def _calibration(stage: Path, config: Any, ctx: _Context, options: ExportOptions) -> list[Feed]:
+    """Encoder inputs (padded and unpadded mels) and decoder inputs seen while decoding with fp32."""
+    from exporters.whisper.runner import OnnxWhisper
+
+    runner = OnnxWhisper(stage / "encoder.fp32.onnx", stage / "decoder.fp32.onnx", config, options.threads)
+    feeds: list[Feed] = [{"mel": m[None]} for m in (*ctx.mels, *ctx.trimmed)]
+    recorded: list[Feed] = []
+    runner.record = recorded
+    for mel in ctx.mels[:4]:
+        runner.decode(mel)
+    step = max(1, len(recorded) // 48)
+    return feeds + recorded[::step]
+
+
+def _prepare(stage: Path, files: dict[str, str], config: Any, ctx: _Context,
+             options: ExportOptions) -> tuple[Any, dict[str, Any]]:
+    """Load a variant (timed), measure logit parity against PyTorch, warm it up."""
+    from exporters.whisper.runner import OnnxWhisper
+
+    enc, dec = stage / files["encoder"], stage / files["decoder"]
+    loads = []
+    for _ in range(options.load_repeats):
+        runner = OnnxWhisper(enc, dec, config, options.threads)
+        loads.append(runner.load_s)
+    diffs = []
+    for run in ctx.parity:
+        arrays, key = ctx.parity_arrays, run["key"]
+        got = runner.teacher_forced_logits(arrays[f"{key}_mel"], arrays[f"{key}_tokens"].tolist())
+        diffs.append(float(np.abs(got - arrays[f"{key}_logits"]).max()))
+    runner.decode(ctx.mels[0])  # warm-up: first-run allocations are not the steady state
+    return runner, {
+        "size_bytes": enc.stat().st_size + dec.stat().st_size,
+        "load_s": round(statistics.median(loads), 4),
+        "max_logit_diff": max(diffs),
+        "parity_diffs": diffs,
+        "threads": options.threads,
+    }
+
+
+def _time_side_by_side(runners: dict[str, Any], ref: Any, ctx: _Context,
+                       options: ExportOptions) -> dict[str, dict[str, Any]]:
+    """RTF and WER of every variant and of PyTorch, interleaved clip by clip.
+
+    The machine may be shared: interleaving spreads any slowdown over all contenders
+    alike, and the best of `timing_repeats` runs per clip discards one-off stalls. PyTorch
+    (slow) is timed in the first padded pass only.
+    """
+    audio_s = sum(c.duration_s for c in ctx.clips)
+    truths = [c.text for c in ctx.clips]
+    result: dict[str, dict[str, Any]] = {}
+    for label, mels in (("", ctx.mels), ("trimmed", ctx.trimmed)):
+        contenders: dict[str, Any] = {**runners} if label else {**runners, "pytorch": ref}
+        best = {n: [float("inf")] * len(mels) for n in contenders}
+        texts: dict[str, list[str]] = {n: [""] * len(mels) for n in contenders}
+        for repeat in range(options.timing_repeats):
+            for i, mel in enumerate(mels):
+                for name, runner in contenders.items():
+                    if name == "pytorch" and repeat > 0:
+                        continue
+                    started = time.perf_counter()
+                    tokens = runner.decode(mel)
+                    best[name][i] = min(best[name][i], time.perf_counter() - started)
+                    texts[name][i] = ref.text(tokens)
+        for name in contenders:
+            measured = {"rtf": round(sum(best[name]) / audio_s, 4),
+                        "wer": round(wer(ctx.ref_texts, texts[name]), 2),
+                        "wer_truth": round(wer(truths, texts[name]), 2),
+                        "transcripts": texts[name]}
+            if label:
+                result[name][label] = measured
+            else:
+                result[name] = measured
+    return result
+
+
+def _special_tokens(sp: Any) -> dict[str, Any]:
+    return {
+        "sot": sp.sot, "eot": sp.eot, "transcribe": sp.transcribe, "translate": sp.translate,
+        "no_timestamps": sp.no_timestamps, "no_speech": sp.no_speech, "sot_prev": sp.sot_prev,
+        "sot_lm": sp.sot_lm, "timestamp_begin": sp.timestamp_begin,
+        "sot_sequence": list(sp.sot_sequence), "languages": dict(sp.languages),
+    }
+
+
+def _report(progress: Progress, name: str, v: dict[str, Any]) -> None:
+    if "error" in v:
+        progress(f"  {name}: FAILED: {v['error']}")
+        return
+    progress(f"  {name}: {v['size_bytes'] / 1e6:.1f} MB, load {v['load_s']:.2f} s, RTF {v['rtf']:.3f}, "
+             f"max logit diff {v['max_logit_diff']:.2e}, WER vs PyTorch {v['wer']:.1f}% "
+             f"(vs text {v['wer_truth']:.1f}%)")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
