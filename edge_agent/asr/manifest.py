@@ -76,6 +76,8 @@ class Manifest:
     multilingual: bool
     tokens: SpecialTokens
     suppress_tokens: tuple[int, ...]
+    begin_suppress_tokens: tuple[int, ...]
+    """Suppressed on the first sampled step only (blank and end of text)."""
     sample_rate: int
     variants: dict[str, Variant]
     default_variant: str
@@ -130,13 +132,16 @@ def _parse(doc: dict[str, Any], directory: Path) -> Manifest:
     variants = {}
     for name, info in doc["variants"].items():
         files = info.get("files") or {}
+        if info.get("error") or not files:
+            continue  # the exporter records variants that failed; they have no files
         if isinstance(files, dict):
             encoder, decoder = files.get("encoder"), files.get("decoder")
         else:
             encoder = next((f for f in files if str(f).startswith("encoder")), None)
             decoder = next((f for f in files if str(f).startswith("decoder")), None)
-        variants[name] = Variant(name, str(encoder or f"encoder.{name}.onnx"),
-                                 str(decoder or f"decoder.{name}.onnx"), dict(info))
+        if not encoder or not decoder:
+            raise ValueError(f"variant {name!r} does not name its encoder and decoder files")
+        variants[name] = Variant(name, str(encoder), str(decoder), dict(info))
     default = str(doc.get("default_variant") or next(iter(variants), ""))
     return Manifest(
         directory=directory,
@@ -144,6 +149,7 @@ def _parse(doc: dict[str, Any], directory: Path) -> Manifest:
         multilingual=bool(doc.get("multilingual", False)),
         tokens=tokens,
         suppress_tokens=tuple(int(t) for t in doc.get("suppress_tokens", ())),
+        begin_suppress_tokens=tuple(int(t) for t in doc.get("begin_suppress_tokens", ())),
         sample_rate=int(doc.get("sample_rate", 16000)),
         variants=variants,
         default_variant=default,

@@ -189,6 +189,8 @@ class WhisperOnnx:
         return np.array(sorted(i for i in ids if 0 <= i < self.dims.n_vocab), dtype=np.int64)
 
     def _blank_ids(self) -> npt.NDArray[np.int64]:
+        if self.manifest.begin_suppress_tokens:
+            return np.array(self.manifest.begin_suppress_tokens, dtype=np.int64)
         ids = [self.tokens.eot]
         with contextlib.suppress(ModelError):  # a vocabulary without a bare space: nothing to suppress
             ids.append(self.tokenizer.token_id(SPACE_TOKEN))

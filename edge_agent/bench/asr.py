@@ -122,12 +122,14 @@ def _faster_whisper(ct2_dir: Path, threads: int) -> Transcribe | None:
 
 
 def _torch(ct2_dir: Path, threads: int) -> Transcribe | None:
-    try:  # the exporter's PyTorch reference: only where the export extra is installed
-        from exporters.whisper import reference
+    try:  # the exporter's PyTorch reference, only where the export extra is installed
+        import torch
+
+        from exporters.whisper.reference import Reference, load_model
     except ImportError:
         return None
-    reference.torch.set_num_threads(threads)
-    ref = reference.Reference(reference.load_model(ct2_dir))
+    torch.set_num_threads(threads)
+    ref = Reference(load_model(ct2_dir))
     return lambda audio: ref.transcribe(audio).text
 
 
