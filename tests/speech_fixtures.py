@@ -90,7 +90,7 @@ def silero_model(shared_cache: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def whisper_dir(shared_cache: Path) -> Path:
-    """The exported whisper-tiny.en (built once with the exporter, then reused)."""
+    """whisper-tiny.en exported by `edge-export whisper` into the shared test cache (once, then reused)."""
     env = os.environ.get("EDGE_SPEECH_TEST_WHISPER")
     if env:
         return Path(env)
@@ -98,11 +98,14 @@ def whisper_dir(shared_cache: Path) -> Path:
     if (target / "manifest.json").is_file():
         return target
     pytest.importorskip("torch", reason="exporting Whisper needs the export extra")
-    export = pytest.importorskip("exporters.whisper.export", reason="the Whisper exporter is not installed")
-    from edge_agent.models import ModelStore, load_catalog
-
-    source = ModelStore(shared_cache, load_catalog()).fetch(WHISPER_SOURCE)
-    export.export_whisper(source.paths["model.bin"].parent, target)
+    pytest.importorskip("exporters.whisper.pipeline", reason="the Whisper exporter is not installed")
+    code = "import sys; from exporters.cli import main; sys.exit(main(sys.argv[1:]))"
+    result = subprocess.run(
+        [sys.executable, "-c", code, "whisper", "--source", WHISPER_SOURCE, "--variants", "fp32,int8",
+         "--out", str(target), "-q"],
+        env={**os.environ, "EDGE_SPEECH_CACHE": str(shared_cache.parent)},
+        capture_output=True, text=True, timeout=1800, check=False)
+    assert result.returncode == 0, f"edge-export whisper failed: {result.stderr[-2000:]}"
     return target
 
 
