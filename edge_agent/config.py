@@ -158,6 +158,8 @@ class AsrSettings:
     needs seconds of trailing silence to end cleanly; less makes it repeat itself)."""
     no_speech_threshold: float = 0.6
     """Drop an utterance whose no-speech probability is above this and whose tokens are unsure."""
+    min_avg_logprob: float = -1.5
+    """Drop an utterance whose tokens average a log-probability below this (noise Whisper made words of)."""
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -172,6 +174,8 @@ class AsrSettings:
             raise ValueError(f"margin_s: {self.margin_s} is outside 0..10")
         if not 0.0 < self.no_speech_threshold <= 1.0:
             raise ValueError(f"no_speech_threshold: {self.no_speech_threshold} is outside 0..1")
+        if self.min_avg_logprob > 0:
+            raise ValueError(f"min_avg_logprob: {self.min_avg_logprob} is a log-probability, at most 0")
 
 
 @dataclass(frozen=True)

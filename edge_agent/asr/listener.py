@@ -65,7 +65,7 @@ class Transcriber:
         result = self.model.recognize(utterance.samples, self.padding, max_tokens=s.max_tokens,
                                       language=s.language)
         silent = result.no_speech_prob > s.no_speech_threshold and result.avg_logprob < LOGPROB_THRESHOLD
-        if silent or not result.text:
+        if silent or result.avg_logprob < s.min_avg_logprob or not result.text:
             self.dropped += 1
             log.debug("dropped %.2f-%.2f s: no speech (p=%.2f, logprob %.2f, text %r)", utterance.start,
                       utterance.end, result.no_speech_prob, result.avg_logprob, result.text)

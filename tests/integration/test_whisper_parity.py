@@ -8,6 +8,9 @@ from edge_agent.asr.whisper import Padding
 
 pytestmark = pytest.mark.slow
 
+MAX_TOKENS = 64
+"""Enough for any command; bounds the cost when a short window makes Whisper loop."""
+
 
 @pytest.fixture(scope="module")
 def reference(shared_cache):
@@ -16,7 +19,7 @@ def reference(shared_cache):
     from exporters.whisper.reference import Reference, load_model
 
     source = ModelStore(shared_cache, load_catalog()).fetch("whisper-tiny.en")
-    return Reference(load_model(source.paths["model.bin"].parent))
+    return Reference(load_model(source.paths["model.bin"].parent), max_tokens=MAX_TOKENS)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +32,7 @@ def fp32(whisper_dir):
 def our_tokens(model, audio, frames):
     mel = model.features(audio, frames)
     cross_k, cross_v = model.encode(mel)
-    tokens, _, _ = model.decode(cross_k, cross_v, model.prompt("en"), max_tokens=224)
+    tokens, _, _ = model.decode(cross_k, cross_v, model.prompt("en"), max_tokens=MAX_TOKENS)
     return tuple(tokens)
 
 
