@@ -19,7 +19,8 @@ from types import TracebackType
 
 from edge_agent.asr.whisper import Padding, WhisperOnnx
 from edge_agent.audio.sources import AudioSource
-from edge_agent.config import AsrSettings
+from edge_agent.config import AsrSettings, Settings
+from edge_agent.models.store import ModelStore
 from edge_agent.vad.segmenter import Segmenter, Utterance
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,9 @@ class Listener:
                 for transcript in self:
                     on_transcript(transcript)
             except BaseException as exc:
-                if on_error is None:
+                if self._stopping.is_set():  # closing the source under a read is how stop() works
+                    log.debug("listener stopped while reading: %s", exc)
+                elif on_error is None:
                     log.exception("listener failed")
                 else:
                     on_error(exc)
@@ -214,3 +217,18 @@ class Listener:
                 yield item
         finally:
             await asyncio.to_thread(self.stop)
+
+
+def build_listener(settings: Settings, store: ModelStore, source: AudioSource | None = None) -> Listener:
+    """A listener as configured: `source` (default: the microphone `audio.input_device`), VAD, Whisper.
+
+    Models load first, so a missing export fails before the microphone is opened.
+    """
+    from edge_agent.audio.sources import SoundDeviceSource
+    from edge_agent.vad import make_segmenter
+
+    segmenter = make_segmenter(settings.vad, store)
+    model = WhisperOnnx.from_settings(settings.asr, settings.models)
+    if source is None:
+        source = SoundDeviceSource(settings.audio.input_device)
+    return Listener(source, segmenter, Transcriber(model, settings.asr))

@@ -44,9 +44,9 @@ EXPORT_SUBDIR = "exported"
 class Padding:
     """How long the encoder input is for a given amount of audio."""
 
-    policy: str = "bucket"
-    bucket_s: float = 2.0
-    margin_s: float = 1.0
+    policy: str = AsrSettings.padding
+    bucket_s: float = AsrSettings.bucket_s
+    margin_s: float = AsrSettings.margin_s
 
     @staticmethod
     def from_settings(settings: AsrSettings) -> Padding:

@@ -7,12 +7,10 @@ import json
 import logging
 from pathlib import Path
 
-from edge_agent.asr.listener import Listener, Transcriber
-from edge_agent.asr.whisper import WhisperOnnx
+from edge_agent.asr.listener import build_listener
 from edge_agent.audio.sources import AudioSource, PcmStreamSource, WavFileSource, open_pcm_stdin
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
-from edge_agent.vad import make_segmenter
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +48,7 @@ def run(args: argparse.Namespace) -> int:
     settings = ctx.settings
     source = open_source(args)  # bad input fails here, before any model is loaded
     try:
-        model = WhisperOnnx.from_settings(settings.asr, settings.models)
-        listener = Listener(source, make_segmenter(settings.vad, ctx.store), Transcriber(model, settings.asr))
+        listener = build_listener(settings, ctx.store, source)
     except BaseException:
         source.close()
         raise

@@ -11,7 +11,7 @@ from edge_agent.asr.listener import Listener, Transcriber
 from edge_agent.asr.wer import wer
 from edge_agent.config import AsrSettings, VadSettings
 from edge_agent.errors import AudioError
-from edge_agent.vad import Segmenter, WebRtcClassifier
+from edge_agent.vad import Segmenter, SileroClassifier, WebRtcClassifier
 
 
 class ArraySource:
@@ -114,3 +114,25 @@ def test_loud_noise_that_webrtc_passes_is_dropped_as_no_speech(whisper):
     listener = make(whisper, ArraySource(np.concatenate([silence(1), noise, silence(1)])))
     assert list(listener) == []
     assert listener.stats.utterances >= 1 and listener.transcriber.dropped >= 1
+
+
+def test_build_listener_wires_the_configured_vad_and_model(whisper_dir, commands, shared_cache):
+    from edge_agent.asr.listener import build_listener
+    from edge_agent.config import load_settings
+    from edge_agent.models import ModelStore, load_catalog
+
+    settings = load_settings(None, {"asr.model": str(whisper_dir), "vad.engine": "silero"})
+    texts, audio = commands
+    listener = build_listener(settings, ModelStore(shared_cache, load_catalog()), ArraySource(audio))
+    assert isinstance(listener.segmenter.classifier, SileroClassifier)
+    assert wer(texts, [t.text for t in listener]) <= 0.25
+
+
+def test_stop_during_a_read_is_not_reported_as_an_error(whisper, commands):
+    _, audio = commands
+    errors, ended = [], threading.Event()
+    listener = make(whisper, ArraySource(np.concatenate([audio, silence(60)]), pace=0.005))
+    listener.start(lambda t: None, errors.append, ended.set)
+    time.sleep(0.3)
+    listener.stop()
+    assert ended.wait(10) and errors == []
