@@ -274,6 +274,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         "ratio": ours["total_s"] / fw["total_s"] if ours and fw else None,
         "torch_ratio": ours["total_s"] / pt["total_s"] if ours and pt else None,
         "wer_drift_vs_full30s": (ours["wer"] - results[f"ours-{default}-full30s"]["wer"]) if ours else None,
+        "per_variant": {v: _versus(results[f"ours-{v}"], fw, pt) for v in wanted},
         "machine": machine(),
     }
     if default_model is not None:
@@ -283,6 +284,16 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     summary["peak_rss_mb"] = summary["rss"]["peak_rss_mb"] if summary["rss"] else None
     emit(summary, _lines(summary, results), args.json)
     return 0
+
+
+def _versus(ours: dict[str, Any], fw: dict[str, Any] | None, pt: dict[str, Any] | None) -> dict[str, Any]:
+    """One variant against the references: time ratios, and whether its WER is at least as good."""
+    return {
+        "ratio": ours["total_s"] / fw["total_s"] if fw else None,
+        "torch_ratio": ours["total_s"] / pt["total_s"] if pt else None,
+        "wer": ours["wer"],
+        "wer_le_faster_whisper": ours["wer"] <= fw["wer"] if fw else None,
+    }
 
 
 def _lines(summary: dict[str, Any], results: dict[str, Any]) -> list[str]:
@@ -296,6 +307,10 @@ def _lines(summary: dict[str, Any], results: dict[str, Any]) -> list[str]:
                      f"{summary['ratio']:.3f}")
     if summary["torch_ratio"] is not None:
         lines.append(f"torch_ratio (ours / PyTorch fp32): {summary['torch_ratio']:.3f}")
+    for variant, v in summary["per_variant"].items():
+        if v["ratio"] is not None:
+            same = "WER <= faster-whisper" if v["wer_le_faster_whisper"] else "WER above faster-whisper"
+            lines.append(f"  {variant:<12} ratio {v['ratio']:.3f}  ({same})")
     if summary["wer_drift_vs_full30s"] is not None:
         lines.append(f"WER drift, bucket padding vs 30 s: {summary['wer_drift_vs_full30s']:+.3f}")
     lat = summary.get("latency")
