@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--threads", type=_positive, default=2, help="onnxruntime threads when measuring")
     parser = _Parser(prog="edge-export", description="Export real PyTorch speech models to ONNX, "
                      "quantize them by measurement and check parity.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub: argparse._SubParsersAction[argparse.ArgumentParser] = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
     w = sub.add_parser("whisper", parents=[common], help="Whisper weights -> measured ONNX variants",
@@ -83,7 +84,15 @@ def _progress(args: argparse.Namespace) -> Progress:
 
 def run_whisper(args: argparse.Namespace) -> int:
     from exporters.clips import clip_set
-    from exporters.whisper.pipeline import ExportOptions, export_whisper, parse_variants, resolve_source, up_to_date
+    from exporters.manifest import read_manifest
+    from exporters.report import variant_table
+    from exporters.whisper.pipeline import (
+        ExportOptions,
+        export_whisper,
+        parse_variants,
+        resolve_source,
+        up_to_date,
+    )
 
     progress = _progress(args)
     variants = parse_variants(args.variants)
@@ -94,9 +103,11 @@ def run_whisper(args: argparse.Namespace) -> int:
     options = ExportOptions(variants=variants, threads=args.threads, max_tokens=args.max_tokens)
     if not args.force and up_to_date(out, source, options):
         progress(f"{out}: up to date (same source sha256 and variants); --force re-exports")
+        manifest = read_manifest(out)
     else:
         clips = clip_set(store.cache_dir, store, progress)
-        export_whisper(source, out, clips, options, progress)
+        manifest = export_whisper(source, out, clips, options, progress)
+    print(variant_table(manifest))
     print(out)
     return 0
 
@@ -104,8 +115,8 @@ def run_whisper(args: argparse.Namespace) -> int:
 def run_quantize(args: argparse.Namespace) -> int:
     from exporters.quantize_cmd import quantize_and_measure
 
-    summary = quantize_and_measure(args.model, args.out, args.mode, args.inputs, args.threads,
-                                   args.repeats, _progress(args))
+    summary = quantize_and_measure(args.model, args.out, args.mode, inputs=args.inputs,
+                                   threads=args.threads, repeats=args.repeats, progress=_progress(args))
     print(summary)
     return 0
 

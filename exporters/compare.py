@@ -59,7 +59,7 @@ def sample_feeds(model_path: Path, session: Any) -> tuple[list[Feed], dict[str, 
         cache = np.zeros((layers, 1, 0, state), dtype=np.float32)
         cross = rng.normal(0, 1, (layers, 1, 100, state)).astype(np.float32)
         tokens = rng.integers(0, vocab, (1, 4), dtype=np.int64)
-        feed = {"tokens": tokens, "self_k_in": cache, "self_v_in": cache, "cross_k": cross,
+        feed: Feed = {"tokens": tokens, "self_k_in": cache, "self_v_in": cache, "cross_k": cross,
                 "cross_v": cross, "offset": np.array(0, dtype=np.int64)}
         return [feed], {"family": "whisper-decoder"}
     if all(i.type == "tensor(float)" for i in inputs.values()):
@@ -86,7 +86,7 @@ def _piper_feeds(model_path: Path, has_sid: bool) -> tuple[list[Feed], dict[str,
             if phoneme in id_map:
                 ids += id_map[phoneme] + id_map["_"]
     ids += id_map["$"]
-    feed = {
+    feed: Feed = {
         "input": np.array([ids], dtype=np.int64),
         "input_lengths": np.array([len(ids)], dtype=np.int64),
         # No sampling noise: source and compressed model get comparable outputs.
@@ -111,7 +111,7 @@ def run_feeds(session: Any, feeds: list[Feed]) -> list[np.ndarray]:
     return [np.asarray(session.run(None, feed)[0]) for feed in feeds]
 
 
-def compare(source: Path, target: Path, feeds: list[Feed], info: dict[str, Any], threads: int,
+def compare(source: Path, target: Path, feeds: list[Feed], *, info: dict[str, Any], threads: int,
             repeats: int) -> tuple[dict[str, Any], list[np.ndarray]]:
     """Load time, run time (median, interleaved), output difference; the same inputs for both.
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -121,7 +122,9 @@ def quantize_fp16(src: Path, dst: Path) -> None:
     for i, node in enumerate(model.graph.node):
         node.name = node.name or f"{node.op_type}_{i}"
     own_casts = {n.name for n in model.graph.node if n.op_type in _TYPED_OPS}
-    converted = float16.convert_float_to_float16(model, keep_io_types=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "-inf will be truncated to -10000": expected for masks
+        converted = float16.convert_float_to_float16(model, keep_io_types=True)
     retarget_float_casts(converted, own_casts)
     harmonize_float_inputs(converted)
     onnx.save(converted, str(dst))

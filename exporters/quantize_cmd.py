@@ -12,10 +12,10 @@ from edge_agent.runtime import make_session
 from exporters.compare import compare, load_inputs, sample_feeds
 from exporters.manifest import MANIFEST, file_entry, read_manifest, write_json_atomic
 from exporters.progress import Progress
-from exporters.quantize import MODES, Mode, load_onnx, quantize
+from exporters.quantize import MODES, load_onnx, quantize
 
 
-def quantize_and_measure(model: Path, out: Path, mode: str, inputs: Path | None, threads: int,
+def quantize_and_measure(model: Path, out: Path, mode: str, *, inputs: Path | None, threads: int,
                          repeats: int, progress: Progress) -> str:
     if mode not in MODES:
         raise UsageError(f"--mode {mode!r}: choose from {', '.join(MODES)}")
@@ -33,12 +33,11 @@ def quantize_and_measure(model: Path, out: Path, mode: str, inputs: Path | None,
     else:
         feeds, info = sample_feeds(model, session)
     del session
-    mode_: Mode = mode  # type: ignore[assignment]
     with progress.step(f"quantizing {model.name} ({mode})"):
-        quantize(model, out, mode_, feeds)
+        quantize(model, out, mode, feeds)
     try:
         with progress.step(f"measuring {out.name} against {model.name}"):
-            result, reference = compare(model, out, feeds, info, threads, repeats)
+            result, reference = compare(model, out, feeds, info=info, threads=threads, repeats=repeats)
     except BaseException:
         out.unlink(missing_ok=True)  # a model that does not run is not left behind
         raise
@@ -48,11 +47,11 @@ def quantize_and_measure(model: Path, out: Path, mode: str, inputs: Path | None,
         arrays |= {f"in_{n}_{i}": a for n, a in feed.items()}
         arrays[f"ref_{i}"] = reference[i]
     np.savez(fixture, **arrays)
-    _record(out, fixture, model, mode, names, result)
+    _record(out, fixture, model, mode=mode, names=names, result=result)
     return _summary(out.name, mode, result)
 
 
-def _record(out: Path, fixture: Path, model: Path, mode: str, names: list[str],
+def _record(out: Path, fixture: Path, model: Path, *, mode: str, names: list[str],
             result: dict[str, Any]) -> None:
     directory = out.parent
     doc: dict[str, Any]
@@ -74,7 +73,8 @@ def _record(out: Path, fixture: Path, model: Path, mode: str, names: list[str],
 
 def _summary(name: str, mode: str, r: dict[str, Any]) -> str:
     diff = "output length differs" if r["max_abs_diff"] is None else f"max |diff| {r['max_abs_diff']:.3g}"
-    line = (f"{name} ({mode}): {r['size_bytes'] / 1e6:.1f} MB (source {r['source_size_bytes'] / 1e6:.1f} MB); "
+    line = (f"{name} ({mode}): {r['size_bytes'] / 1e6:.1f} MB "
+            f"(source {r['source_size_bytes'] / 1e6:.1f} MB); "
             f"load {r['load_s']:.2f} s (source {r['source_load_s']:.2f} s); "
             f"run {r['run_s'] * 1000:.0f} ms vs {r['source_run_s'] * 1000:.0f} ms "
             f"(x{r['speedup']:.2f}, {r['threads']} threads, median of {r['repeats']}); {diff}")

@@ -32,7 +32,8 @@ def check_files(directory: Path, doc: dict[str, Any]) -> list[str]:
         elif not path.is_file():
             problems.append(f"{path}: missing")
         elif (size := path.stat().st_size) != entry.get("size"):
-            problems.append(f"{path}: {size} bytes, the manifest says {entry.get('size')} (truncated or altered)")
+            problems.append(f"{path}: {size} bytes, the manifest says {entry.get('size')} "
+                            "(truncated or altered)")
         elif sha256_file(path) != entry.get("sha256"):
             problems.append(f"{path}: sha256 differs from the manifest (altered)")
     for path in sorted(directory.iterdir()):

@@ -77,7 +77,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_head: int,
     if mask is not None:
         scores = scores + mask
     weights = scores.softmax(dim=-1)
-    return (weights @ vh).permute(0, 2, 1, 3).flatten(start_dim=2)
+    out: torch.Tensor = (weights @ vh).permute(0, 2, 1, 3).flatten(start_dim=2)
+    return out
 
 
 class DecoderGraph(nn.Module):
@@ -87,7 +88,7 @@ class DecoderGraph(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, tokens: torch.Tensor, self_k_in: torch.Tensor, self_v_in: torch.Tensor,
+    def forward(self, tokens: torch.Tensor, self_k_in: torch.Tensor, self_v_in: torch.Tensor,  # noqa: PLR0917
                 cross_k: torch.Tensor, cross_v: torch.Tensor, offset: torch.Tensor,
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         dec = self.model.decoder
@@ -101,7 +102,8 @@ class DecoderGraph(nn.Module):
         new_k: list[torch.Tensor] = []
         new_v: list[torch.Tensor] = []
         for i, block in enumerate(dec.blocks):
-            x, k, v = self._block(block, x, self_k_in[i], self_v_in[i], cross_k[i], cross_v[i], mask)
+            x, k, v = self._block(block, x, past=(self_k_in[i], self_v_in[i]), cross=(cross_k[i], cross_v[i]),
+                                  mask=mask)
             new_k.append(k)
             new_v.append(v)
         x = dec.ln(x)
@@ -110,17 +112,17 @@ class DecoderGraph(nn.Module):
         return logits, torch.stack(new_k), torch.stack(new_v)
 
     @staticmethod
-    def _block(block: ResidualAttentionBlock, x: torch.Tensor, past_k: torch.Tensor,
-               past_v: torch.Tensor, cross_k: torch.Tensor, cross_v: torch.Tensor,
-               mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        attn, cross = block.attn, block.cross_attn
-        assert cross is not None and block.cross_attn_ln is not None  # decoder blocks have both
+    def _block(block: ResidualAttentionBlock, x: torch.Tensor, *, past: tuple[torch.Tensor, torch.Tensor],
+               cross: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        attn, cross_attn = block.attn, block.cross_attn
+        assert cross_attn is not None and block.cross_attn_ln is not None  # decoder blocks have both
         h = block.attn_ln(x)
-        k = torch.cat([past_k, attn.key(h)], dim=1)
-        v = torch.cat([past_v, attn.value(h)], dim=1)
+        k = torch.cat([past[0], attn.key(h)], dim=1)
+        v = torch.cat([past[1], attn.value(h)], dim=1)
         x = x + attn.out(attend(attn.query(h), k, v, attn.n_head, mask))
         h = block.cross_attn_ln(x)
-        x = x + cross.out(attend(cross.query(h), cross_k, cross_v, cross.n_head))
+        x = x + cross_attn.out(attend(cross_attn.query(h), cross[0], cross[1], cross_attn.n_head))
         x = x + block.mlp(block.mlp_ln(x))
         return x, k, v
 

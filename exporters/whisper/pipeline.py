@@ -43,7 +43,8 @@ VARIANTS = ("fp32", "int8", "fp16", "int8-static")
 DEFAULT_VARIANTS = ("fp32", "int8", "fp16")
 MODES = {"int8": "int8-matmul", "fp16": "fp16", "int8-static": "int8-static"}
 MAX_WER_DRIFT = 1.0
-"""A variant may be the default only if its WER against the PyTorch transcripts is at most this."""
+"""A variant may be the default only if its WER against the clips' known text is at most this
+many points above PyTorch's (`wer_drift`)."""
 PARITY_MAX_TOKENS = 48
 """Tokens per parity run: enough to cover a sentence, bounded when unpadded input makes Whisper loop."""
 
@@ -143,13 +144,14 @@ def parse_variants(text: str) -> tuple[str, ...]:
 
 
 def up_to_date(out_dir: Path, source: Source, options: ExportOptions) -> bool:
-    """True if `out_dir` already holds this source's export with these variants."""
+    """True if `out_dir` holds this source's export, with these variants, by this exporter code."""
     try:
         doc = read_manifest(out_dir)
     except ModelError:
         return False
     return (doc.get("format") == FORMAT and doc.get("format_version") == FORMAT_VERSION
             and doc.get("source", {}).get("sha256") == source.sha256
+            and doc.get("exporter", {}).get("revision") == exporter_info()["revision"]
             and set(doc.get("variants", {})) == set(options.variants))
 
 
@@ -159,126 +161,17 @@ def export_whisper(source: Source, out_dir: Path, clips: list[Clip], options: Ex
     import torch
 
     from exporters.whisper import reference as ref_mod
-    from exporters.whisper.tokenizer_json import build_tokenizer_json, check_tokenizer
 
     _check_target(out_dir)
     with progress.step(f"loading {source.ref} into PyTorch"):
         model = ref_mod.load_model(source.path)
-    ref = ref_mod.Reference(model, options.max_tokens)
-    sp = ref.specials
-    n_mels = model.dims.n_mels
     torch.set_num_threads(options.threads)
-
-    with progress.step(f"PyTorch reference on {len(clips)} clips"):
-        mels = [ref_mod.log_mel(c.audio, n_mels) for c in clips]
-        ref_tokens, ref_seconds = [], 0.0
-        for mel in mels:
-            started = time.perf_counter()
-            ref_tokens.append(ref.decode(mel))
-            ref_seconds += time.perf_counter() - started
-        ref_texts = [ref.text(t) for t in ref_tokens]
-    audio_s = sum(c.duration_s for c in clips)
-    truths = [c.text for c in clips]
-    ref_wer_truth = wer(truths, ref_texts)
-    for clip, text in zip(clips, ref_texts, strict=True):
-        progress(f"  {clip.name:<9} {text}")
-    progress(f"PyTorch: WER {ref_wer_truth:.1f}% against the known text, RTF {ref_seconds / audio_s:.3f}")
-    if options.max_source_wer is not None and ref_wer_truth > options.max_source_wer:
-        worst = max(range(len(clips)), key=lambda i: wer([truths[i]], [ref_texts[i]]))
-        raise ModelError(
-            f"{source.ref}: the PyTorch model does not transcribe the test clips (WER {ref_wer_truth:.0f}% > "
-            f"{options.max_source_wer:.0f}%; {clips[worst].name!r} came out as {ref_texts[worst]!r}); "
-            "refusing to export")
-
-    pad = int(options.trim_pad_s * ref_mod.SAMPLE_RATE)
-    trimmed = [ref_mod.log_mel(c.audio, n_mels, ref_mod.frames_for(len(c.audio) + pad)) for c in clips]
-    ctx = _Context(clips, mels, trimmed, ref_texts, [])
-
+    ref = ref_mod.Reference(model, options.max_tokens)
+    ctx = _reference_pass(source, ref, clips, options, progress)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.staging-", dir=out_dir.parent))
     try:
-        with progress.step("parity fixture (PyTorch logits)"):
-            _parity_fixture(model, ref, ctx, options)
-            np.savez(stage / "parity.npz", **ctx.parity_arrays)
-        tokenizer_origin = _tokenizer(source, model, stage / "tokenizer.json", build_tokenizer_json)
-        check_tokenizer(stage / "tokenizer.json", sp)
-
-        from exporters.whisper.onnx_export import OPSET, export_decoder, export_encoder
-
-        with progress.step("exporting encoder (fp32)"):
-            export_encoder(model, stage / "encoder.fp32.onnx")
-        with progress.step("exporting decoder with KV cache (fp32)"):
-            export_decoder(model, stage / "decoder.fp32.onnx")
-        config = _decode_config(model, sp, options)
-        variants: dict[str, dict[str, Any]] = {}
-        calibration: list[Feed] | None = None
-        runners: dict[str, Any] = {}
-        for name in ("fp32", *[v for v in options.variants if v != "fp32"]):
-            files = {"encoder": f"encoder.{name}.onnx", "decoder": f"decoder.{name}.onnx"}
-            variants[name] = {"files": files, "mode": MODES.get(name, "export")}
-            try:
-                if name != "fp32":
-                    if name == "int8-static" and calibration is None:
-                        with progress.step("collecting calibration inputs"):
-                            calibration = _calibration(stage, config, ctx, options)
-                    _make_variant(stage, name, files, calibration, progress)
-                with progress.step(f"loading {name} and checking logit parity"):
-                    runners[name], measured = _prepare(stage, files, config, ctx, options)
-                variants[name] |= measured
-            except Exception as exc:  # a variant that fails is recorded, not fatal
-                log.debug("variant %s failed:\n%s", name, traceback.format_exc())
-                variants[name] |= {"files": {}, "error": _one_line(exc)}
-                for f in files.values():
-                    (stage / f).unlink(missing_ok=True)
-                if name == "fp32":
-                    raise ModelError(f"fp32 export does not run: {_one_line(exc)}") from exc
-        with progress.step(f"timing {', '.join(runners)} and PyTorch side by side on {len(clips)} clips"):
-            timings = _time_side_by_side(runners, ref, ctx, options)
-        for name, v in variants.items():
-            if name in timings:
-                v |= timings[name]
-            _report(progress, name, v)
-        ref_rtf = timings["pytorch"]["rtf"]
-        if "fp32" not in options.variants:
-            for f in variants.pop("fp32")["files"].values():
-                (stage / f).unlink()
-        default = pick_default(variants)
-        progress(f"default variant: {default} (fastest with WER drift <= {MAX_WER_DRIFT} point)")
-        manifest = {
-            "format": FORMAT, "format_version": FORMAT_VERSION,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "source": source.describe(),
-            "sample_rate": ref_mod.SAMPLE_RATE,
-            "dims": ref_mod.dims_dict(model),
-            "multilingual": bool(model.is_multilingual),
-            "special_tokens": _special_tokens(sp),
-            "suppress_tokens": list(sp.suppress_tokens),
-            "begin_suppress_tokens": list(sp.begin_suppress_tokens),
-            "max_frames": ref_mod.FULL_FRAMES,
-            "tokenizer": {"file": "tokenizer.json", "origin": tokenizer_origin},
-            "opset": OPSET,
-            "models": {
-                "encoder": io_signature(stage / "encoder.fp32.onnx" if "fp32" in variants
-                                        else stage / variants[default]["files"]["encoder"]),
-                "decoder": io_signature(stage / "decoder.fp32.onnx" if "fp32" in variants
-                                        else stage / variants[default]["files"]["decoder"]),
-            },
-            "variants": variants,
-            "default_variant": default,
-            "default_rule": f"lowest rtf among variants with wer <= {MAX_WER_DRIFT}",
-            "reference": {
-                "runtime": f"PyTorch {torch.__version__} (openai-whisper)", "threads": options.threads,
-                "rtf": ref_rtf, "wer_truth": ref_wer_truth,
-            },
-            "clips": [
-                {"name": c.name, "text": c.text, "engine": c.engine, "duration_s": round(c.duration_s, 3),
-                 "reference_transcript": t}
-                for c, t in zip(clips, ref_texts, strict=True)
-            ],
-            "trim_pad_s": options.trim_pad_s,
-            "parity": {"file": "parity.npz", "runs": ctx.parity},
-            "files": {p.name: file_entry(p) for p in sorted(stage.iterdir()) if p.name != MANIFEST},
-        }
+        manifest = _export_into(stage, source, model, ref, ctx, options=options, progress=progress)
         write_json_atomic(stage / MANIFEST, manifest)
         _replace_dir(stage, out_dir)
     except BaseException:
@@ -287,9 +180,156 @@ def export_whisper(source: Source, out_dir: Path, clips: list[Clip], options: Ex
     return manifest
 
 
+def _reference_pass(source: Source, ref: Any, clips: list[Clip], options: ExportOptions,
+                    progress: Progress) -> _Context:
+    """PyTorch's transcripts of the clips; refuses weights that do not transcribe them."""
+    from exporters.whisper import reference as ref_mod
+
+    n_mels = ref.model.dims.n_mels
+    with progress.step(f"PyTorch reference on {len(clips)} clips"):
+        mels = [ref_mod.log_mel(c.audio, n_mels) for c in clips]
+        ref_texts = [ref.text(ref.decode(mel)) for mel in mels]
+    truths = [c.text for c in clips]
+    ref_wer_truth = wer(truths, ref_texts)
+    for clip, text in zip(clips, ref_texts, strict=True):
+        progress(f"  {clip.name:<9} {text}")
+    progress(f"PyTorch: WER {ref_wer_truth:.1f}% against the known text")
+    if options.max_source_wer is not None and ref_wer_truth > options.max_source_wer:
+        worst = max(range(len(clips)), key=lambda i: wer([truths[i]], [ref_texts[i]]))
+        raise ModelError(
+            f"{source.ref}: the PyTorch model does not transcribe the test clips (WER {ref_wer_truth:.0f}% > "
+            f"{options.max_source_wer:.0f}%; {clips[worst].name!r} came out as {ref_texts[worst]!r}); "
+            "refusing to export")
+    pad = int(options.trim_pad_s * ref_mod.SAMPLE_RATE)
+    trimmed = [ref_mod.log_mel(c.audio, n_mels, ref_mod.frames_for(len(c.audio) + pad)) for c in clips]
+    return _Context(clips, mels, trimmed, ref_texts, [])
+
+
+def _export_into(stage: Path, source: Source, model: Any, ref: Any, ctx: _Context, *,
+                 options: ExportOptions, progress: Progress) -> dict[str, Any]:
+    """Everything but the manifest's own file: fixtures, tokenizer, ONNX variants, measurements."""
+    from exporters.whisper.onnx_export import export_decoder, export_encoder
+    from exporters.whisper.tokenizer_json import build_tokenizer_json, check_tokenizer
+
+    with progress.step("parity fixture (PyTorch logits)"):
+        _parity_fixture(model, ref, ctx, options)
+        arrays: dict[str, Any] = ctx.parity_arrays
+        np.savez(stage / "parity.npz", **arrays)
+    tokenizer_origin = _tokenizer(source, model, stage / "tokenizer.json", build_tokenizer_json)
+    check_tokenizer(stage / "tokenizer.json", ref.specials)
+    with progress.step("exporting encoder (fp32)"):
+        export_encoder(model, stage / "encoder.fp32.onnx")
+    with progress.step("exporting decoder with KV cache (fp32)"):
+        export_decoder(model, stage / "decoder.fp32.onnx")
+    signature = {part: io_signature(stage / f"{part}.fp32.onnx") for part in ("encoder", "decoder")}
+    variants, runners = _build_variants(stage, _decode_config(model, ref.specials, options), ctx, options,
+                                        progress)
+    with progress.step(f"timing {', '.join(runners)} and PyTorch side by side on {len(ctx.clips)} clips"):
+        timings = _time_side_by_side(runners, ref, ctx, options)
+    pytorch = timings.pop("pytorch")
+    for name, variant in variants.items():
+        if name in timings:
+            variant.update(timings[name])
+            variant["wer_drift"] = round(variant["wer_truth"] - pytorch["wer_truth"], 2)
+        _report(progress, name, variant)
+    if "fp32" not in options.variants:
+        for f in variants.pop("fp32")["files"].values():
+            (stage / f).unlink()
+    default = pick_default(variants)
+    progress(f"default variant: {default} (fastest with WER drift <= +{MAX_WER_DRIFT} point)")
+    return _manifest(stage, source, ref, ctx, options=options, signature=signature, variants=variants,
+                     default=default, pytorch=pytorch, tokenizer_origin=tokenizer_origin)
+
+
+def _build_variants(stage: Path, config: Any, ctx: _Context, options: ExportOptions, progress: Progress,
+                    ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Derive each variant from fp32, load it and check its parity; a failing variant is recorded."""
+    variants: dict[str, dict[str, Any]] = {}
+    runners: dict[str, Any] = {}
+    calibration: list[Feed] | None = None
+    for name in ("fp32", *[v for v in options.variants if v != "fp32"]):
+        files = {"encoder": f"encoder.{name}.onnx", "decoder": f"decoder.{name}.onnx"}
+        variants[name] = {"files": files, "mode": MODES.get(name, "export")}
+        try:
+            if name == "int8-static" and calibration is None:
+                with progress.step("collecting calibration inputs"):
+                    calibration = _calibration(stage, config, ctx, options)
+            if name != "fp32":
+                _make_variant(stage, name, files, calibration, progress)
+            with progress.step(f"loading {name} and checking logit parity"):
+                runners[name], measured = _prepare(stage, files, config, ctx, options)
+            variants[name] |= measured
+        except Exception as exc:  # a variant that fails is recorded, not fatal
+            log.debug("variant %s failed:\n%s", name, traceback.format_exc())
+            variants[name] |= {"files": {}, "error": _one_line(exc)}
+            for f in files.values():
+                (stage / f).unlink(missing_ok=True)
+            if name == "fp32":
+                raise ModelError(f"fp32 export does not run: {_one_line(exc)}") from exc
+    return variants, runners
+
+
+def _manifest(stage: Path, source: Source, ref: Any, ctx: _Context, *, options: ExportOptions,
+              signature: dict[str, Any], variants: dict[str, dict[str, Any]], default: str,
+              pytorch: dict[str, Any], tokenizer_origin: str) -> dict[str, Any]:
+    import torch
+
+    from exporters.whisper import reference as ref_mod
+    from exporters.whisper.onnx_export import OPSET
+
+    sp, model = ref.specials, ref.model
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "exporter": exporter_info(),
+        "source": source.describe(),
+        "sample_rate": ref_mod.SAMPLE_RATE,
+        "dims": ref_mod.dims_dict(model),
+        "multilingual": bool(model.is_multilingual),
+        "special_tokens": _special_tokens(sp),
+        "suppress_tokens": list(sp.suppress_tokens),
+        "begin_suppress_tokens": list(sp.begin_suppress_tokens),
+        "max_frames": ref_mod.FULL_FRAMES,
+        "tokenizer": {"file": "tokenizer.json", "origin": tokenizer_origin},
+        "opset": OPSET,
+        "models": signature,
+        "variants": variants,
+        "default_variant": default,
+        "default_rule": f"lowest rtf among variants with wer_drift <= {MAX_WER_DRIFT}",
+        "reference": {
+            "runtime": f"PyTorch {torch.__version__} (openai-whisper)", "threads": options.threads,
+            "rtf": pytorch["rtf"], "wer_truth": pytorch["wer_truth"],
+        },
+        "clips": [
+            {"name": c.name, "text": c.text, "engine": c.engine, "duration_s": round(c.duration_s, 3),
+             "reference_transcript": t}
+            for c, t in zip(ctx.clips, ctx.ref_texts, strict=True)
+        ],
+        "trim_pad_s": options.trim_pad_s,
+        "parity": {"file": "parity.npz", "runs": ctx.parity},
+        "files": {p.name: file_entry(p) for p in sorted(stage.iterdir()) if p.name != MANIFEST},
+    }
+
+
+def exporter_info() -> dict[str, str]:
+    """Library versions and a hash of the exporter's own code (a changed exporter re-exports)."""
+    import hashlib
+
+    import onnx
+    import onnxruntime
+    import torch
+
+    digest = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for path in sorted([*here.glob("*.py"), here.parent / "quantize.py"]):
+        digest.update(path.read_bytes())
+    return {"revision": digest.hexdigest()[:16], "torch": torch.__version__, "onnx": onnx.__version__,
+            "onnxruntime": onnxruntime.__version__}
+
+
 def pick_default(variants: dict[str, dict[str, Any]]) -> str:
-    """The fastest variant whose WER against PyTorch's transcripts is within MAX_WER_DRIFT."""
-    usable = {n: v for n, v in variants.items() if "error" not in v and v["wer"] <= MAX_WER_DRIFT}
+    """The fastest variant whose WER (against the known text) is at most MAX_WER_DRIFT above PyTorch's."""
+    usable = {n: v for n, v in variants.items() if "error" not in v and v["wer_drift"] <= MAX_WER_DRIFT}
     if not usable:
         raise ModelError("no variant transcribes the test clips within "
                          f"{MAX_WER_DRIFT} point of PyTorch: see the measurements above")
@@ -462,8 +502,8 @@ def _report(progress: Progress, name: str, v: dict[str, Any]) -> None:
         progress(f"  {name}: FAILED: {v['error']}")
         return
     progress(f"  {name}: {v['size_bytes'] / 1e6:.1f} MB, load {v['load_s']:.2f} s, RTF {v['rtf']:.3f}, "
-             f"max logit diff {v['max_logit_diff']:.2e}, WER vs PyTorch {v['wer']:.1f}% "
-             f"(vs text {v['wer_truth']:.1f}%)")
+             f"max logit diff {v['max_logit_diff']:.2e}, WER vs PyTorch {v['wer']:.1f}%, "
+             f"vs text {v['wer_truth']:.1f}% (drift {v['wer_drift']:+.1f})")
 
 
 def _one_line(exc: BaseException) -> str:

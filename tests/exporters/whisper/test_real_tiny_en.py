@@ -1,0 +1,132 @@
+"""The real tiny.en export (made once per run, cached by source sha256): format, parity, transcripts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from exporters.clips import Clip
+from exporters.progress import Progress
+from exporters.verify import verify_dir
+from exporters.whisper import reference as ref_mod
+from exporters.whisper.runner import DecodeConfig, OnnxWhisper
+from exporters.whisper.tokenizer_json import build_tokenizer_json
+
+DIMS = {"n_mels", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer", "n_text_ctx",
+        "n_text_state", "n_text_head", "n_text_layer", "n_vocab"}
+
+
+@pytest.fixture(scope="module")
+def manifest(tiny_en_export: Path) -> dict:
+    return json.loads((tiny_en_export / "manifest.json").read_text())
+
+
+def test_pytorch_model_from_ct2_transcribes_the_clips(tiny_en_model, clips: list[Clip]):
+    ref = ref_mod.Reference(tiny_en_model)
+    assert ref.transcribe(clips[0].audio).text == "Turn on the kitchen lights."
+    assert ref.transcribe(clips[2].audio).text == "Please close the garage door before you leave."
+
+
+def test_pt_checkpoint_round_trip_gives_the_same_model(tiny_en_model, tmp_path: Path, clips: list[Clip]):
+    path = tmp_path / "tiny.en.pt"
+    ref_mod.save_checkpoint(tiny_en_model, path)
+    loaded = ref_mod.load_model(path)
+    mel = ref_mod.log_mel(clips[1].audio, 80)
+    assert ref_mod.Reference(loaded).decode(mel) == ref_mod.Reference(tiny_en_model).decode(mel)
+
+
+def test_generated_tokenizer_matches_the_shipped_one(tiny_en_model, tiny_en_dir: Path):
+    shipped = json.loads((tiny_en_dir / "tokenizer.json").read_text())["model"]
+    built = build_tokenizer_json(tiny_en_model)["model"]
+    assert built["vocab"] == shipped["vocab"]
+    assert built["merges"] == [" ".join(m) if isinstance(m, list) else m for m in shipped["merges"]]
+
+
+def test_manifest_holds_what_the_runtime_needs(manifest: dict, tiny_en_export: Path):
+    assert set(manifest["dims"]) == DIMS and manifest["dims"]["n_vocab"] == 51864
+    assert manifest["multilingual"] is False and manifest["sample_rate"] == 16000
+    tokens = manifest["special_tokens"]
+    assert tokens["sot_sequence"] == [tokens["sot"], tokens["no_timestamps"]] == [50257, 50362]
+    assert tokens["eot"] == 50256 and tokens["languages"] == {}
+    assert tokens["eot"] in manifest["begin_suppress_tokens"] and 220 in manifest["begin_suppress_tokens"]
+    assert tokens["no_speech"] in manifest["suppress_tokens"]
+    sha = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
+    assert manifest["source"] == {"kind": "catalog", "id": "whisper-tiny.en", "sha256": sha}
+    enc, dec = manifest["models"]["encoder"], manifest["models"]["decoder"]
+    assert enc["inputs"] == [{"name": "mel", "dtype": "float32", "shape": [1, 80, "n_frames"]}]
+    assert [o["shape"] for o in enc["outputs"]] == [[4, 1, "n_audio_frames", 384]] * 2
+    assert [i["name"] for i in dec["inputs"]] == ["tokens", "self_k_in", "self_v_in", "cross_k", "cross_v",
+                                                 "offset"]
+    assert [o["name"] for o in dec["outputs"]] == ["logits", "self_k_out", "self_v_out"]
+    assert set(manifest["variants"]) == {"fp32", "int8", "fp16"}
+    for name, v in manifest["variants"].items():
+        assert {"files", "size_bytes", "load_s", "rtf", "max_logit_diff", "wer"} <= set(v), name
+        for f in v["files"].values():
+            assert f in manifest["files"]
+    assert "tokenizer.json" in manifest["files"]
+
+
+def test_parity_is_measured_on_padded_and_unpadded_input(manifest: dict):
+    runs = manifest["parity"]["runs"]
+    assert any(r["padded_to_30s"] and r["n_frames"] == 3000 for r in runs)
+    assert any(not r["padded_to_30s"] and r["n_frames"] < 3000 for r in runs)
+    assert manifest["variants"]["fp32"]["max_logit_diff"] < 1e-3
+    assert manifest["variants"]["fp16"]["max_logit_diff"] < 0.5
+
+
+def test_fp32_export_transcribes_exactly_like_pytorch(manifest: dict):
+    fp32 = manifest["variants"]["fp32"]
+    assert fp32["wer"] == 0.0
+    assert fp32["transcripts"] == [c["reference_transcript"] for c in manifest["clips"]]
+
+
+def test_default_variant_is_the_fastest_within_one_wer_point(manifest: dict):
+    pytorch = manifest["reference"]["wer_truth"]
+    for v in manifest["variants"].values():
+        assert v["wer_drift"] == pytorch_drift(v, pytorch)
+    ok = {n: v for n, v in manifest["variants"].items() if "error" not in v and v["wer_drift"] <= 1.0}
+    assert manifest["default_variant"] == min(ok, key=lambda n: ok[n]["rtf"])
+
+
+def pytorch_drift(variant: dict, pytorch: float) -> float:
+    return round(variant["wer_truth"] - pytorch, 2)
+
+
+def test_exported_decoder_decodes_a_short_unpadded_clip(tiny_en_export: Path, manifest: dict,
+                                                        clips: list[Clip], tiny_en_model):
+    files = manifest["variants"]["fp32"]["files"]
+    runner = OnnxWhisper(tiny_en_export / files["encoder"], tiny_en_export / files["decoder"],
+                         DecodeConfig.from_manifest(manifest, max_tokens=30))
+    audio = np.concatenate([clips[0].audio, np.zeros(4 * 16000, dtype=np.float32)])  # Whisper needs a tail
+    mel = ref_mod.log_mel(audio, 80, None)
+    assert mel.shape[1] < 1000
+    tokens = runner.decode(mel)
+    assert ref_mod.Reference(tiny_en_model).text(tokens) == "Turn on the kitchen lights."
+
+
+def test_verify_accepts_the_export(tiny_en_export: Path):
+    assert verify_dir(tiny_en_export, 2, Progress(quiet=True)) == []
+
+
+def test_verify_names_an_altered_file(tiny_en_export: Path, tmp_path: Path):
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_en_export, copy)
+    target = copy / "decoder.fp16.onnx"
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    problems = verify_dir(copy, 2, Progress(quiet=True))
+    assert problems == [f"{target}: sha256 differs from the manifest (altered)"]
+
+
+def test_variant_table_lists_every_variant_and_marks_the_default(manifest: dict):
+    from exporters.report import variant_table
+
+    table = variant_table(manifest)
+    assert f"| {manifest['default_variant']} (default) |" in table
+    assert all(f"| {name}" in table for name in manifest["variants"])
+    assert "| PyTorch (reference) |" in table

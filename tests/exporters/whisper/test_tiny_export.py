@@ -1,0 +1,133 @@
+"""A tiny random Whisper through the real export path: ONNX must match PyTorch numerically."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from exporters.clips import Clip
+from exporters.progress import Progress
+from exporters.quantize import quantize
+from exporters.verify import verify_dir
+from exporters.whisper import reference as ref_mod
+from exporters.whisper.onnx_export import export_decoder, export_encoder
+from exporters.whisper.pipeline import ExportOptions, Source, export_whisper
+from exporters.whisper.runner import DecodeConfig, OnnxWhisper
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory, tiny_whisper) -> tuple[object, Path]:
+    model = tiny_whisper()
+    out = tmp_path_factory.mktemp("tiny")
+    export_encoder(model, out / "encoder.fp32.onnx")
+    export_decoder(model, out / "decoder.fp32.onnx")
+    return model, out
+
+
+def _config(model: object, max_tokens: int = 12) -> DecodeConfig:
+    sp = ref_mod.specials(model)
+    d = model.dims
+    return DecodeConfig(sp.eot, sp.sot_sequence, sp.suppress_tokens, sp.begin_suppress_tokens,
+                        d.n_text_layer, d.n_text_state, max_tokens)
+
+
+def _mel(frames: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0, 0.5, (80, frames)).astype(np.float32)
+
+
+@pytest.mark.parametrize("frames", [3000, 400, 2])
+def test_onnx_logits_match_pytorch_for_padded_and_truncated_input(tiny, frames):
+    model, out = tiny
+    runner = OnnxWhisper(out / "encoder.fp32.onnx", out / "decoder.fp32.onnx", _config(model))
+    mel = _mel(frames)
+    tokens = [*ref_mod.specials(model).sot_sequence, 400, 1000, 17, 9]
+    expected = ref_mod.teacher_forced_logits(model, mel, tokens)
+    got = runner.teacher_forced_logits(mel, tokens)
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
+
+
+def test_encoder_returns_cross_kv_for_every_decoder_layer_at_half_the_frames(tiny):
+    model, out = tiny
+    runner = OnnxWhisper(out / "encoder.fp32.onnx", out / "decoder.fp32.onnx", _config(model))
+    k, v = runner.encode(_mel(640))
+    assert k.shape == v.shape == (2, 1, 320, 32)
+    with torch.inference_mode():
+        features = ref_mod.encode(model, torch.from_numpy(_mel(640))[None])
+        expected = model.decoder.blocks[1].cross_attn.value(features)[0].numpy()
+    np.testing.assert_allclose(v[1, 0], expected, atol=1e-4)
+
+
+def test_decoder_with_empty_cache_then_one_token_equals_one_call(tiny):
+    model, out = tiny
+    runner = OnnxWhisper(out / "encoder.fp32.onnx", out / "decoder.fp32.onnx", _config(model))
+    cross = runner.encode(_mel(200))
+    empty = np.zeros((2, 1, 0, 32), dtype=np.float32)
+    whole, cache = runner._step([50257, 50362, 11], (empty, empty), cross)
+    _, part = runner._step([50257, 50362], (empty, empty), cross)
+    last, grown = runner._step([11], part, cross)
+    assert grown[0].shape == (2, 1, 3, 32)
+    np.testing.assert_allclose(last[0], whole[2], atol=1e-5)
+    np.testing.assert_allclose(grown[0], cache[0], atol=1e-5)
+
+
+def test_greedy_decoding_matches_the_pytorch_reference(tiny):
+    model, out = tiny
+    runner = OnnxWhisper(out / "encoder.fp32.onnx", out / "decoder.fp32.onnx", _config(model))
+    reference = ref_mod.Reference(model, max_tokens=12)
+    mel = _mel(3000, seed=3)
+    assert runner.decode(mel) == reference.decode(mel)
+
+
+def test_decoder_stores_the_embedding_once(tiny):
+    _, out = tiny
+    graph = onnx.load(str(out / "decoder.fp32.onnx")).graph
+    big = [i for i in graph.initializer if math.prod(i.dims) == 51864 * 32]
+    assert len(big) == 1
+    assert any(n.op_type == "Gemm" and n.input[1] == big[0].name for n in graph.node)
+
+
+@pytest.mark.parametrize(("mode", "atol"), [("int8-matmul", 1.0), ("fp16", 0.05)])
+def test_quantized_variants_load_and_stay_close_to_fp32(tiny, tmp_path, mode, atol):
+    model, out = tiny
+    for part in ("encoder", "decoder"):
+        quantize(out / f"{part}.fp32.onnx", tmp_path / f"{part}.onnx", mode)
+    runner = OnnxWhisper(tmp_path / "encoder.onnx", tmp_path / "decoder.onnx", _config(model))
+    mel = _mel(600)
+    tokens = [*ref_mod.specials(model).sot_sequence, 400, 1000]
+    expected = ref_mod.teacher_forced_logits(model, mel, tokens)
+    got = runner.teacher_forced_logits(mel, tokens)
+    assert np.abs(got - expected).max() < atol
+    assert (tmp_path / "decoder.onnx").stat().st_size < (out / "decoder.fp32.onnx").stat().st_size * 0.6
+    if mode == "int8-matmul":
+        ops = {n.op_type for n in onnx.load(str(tmp_path / "encoder.onnx")).graph.node}
+        assert "Conv" in ops and "ConvInteger" not in ops  # convolutions stay float
+
+
+def test_whole_pipeline_writes_a_manifest_that_verifies(tmp_path, tiny_whisper):
+    model = tiny_whisper(seed=1)
+    checkpoint = tmp_path / "tiny.pt"
+    ref_mod.save_checkpoint(model, checkpoint)
+    rng = np.random.default_rng(0)
+    clips = [Clip(f"noise{i}", "no words here", "test",
+                  (0.05 * rng.normal(size=16000 * (i + 1))).astype(np.float32)) for i in range(2)]
+    source = Source("pt", str(checkpoint), checkpoint, "0" * 64)
+    out = tmp_path / "export"
+    options = ExportOptions(variants=("fp32", "int8", "fp16"), max_source_wer=None, max_tokens=6,
+                            parity_clips=(0, 1), load_repeats=1, timing_repeats=1)
+    manifest = export_whisper(source, out, clips, options, Progress(quiet=True))
+    on_disk = json.loads((out / "manifest.json").read_text())
+    assert on_disk == manifest
+    assert manifest["variants"]["fp32"]["max_logit_diff"] < 1e-3
+    assert manifest["default_variant"] in manifest["variants"]
+    assert manifest["tokenizer"]["origin"].startswith("generated")
+    assert [r["padded_to_30s"] for r in manifest["parity"]["runs"]] == [True, False]
+    assert sorted(manifest["files"]) == sorted(p.name for p in out.iterdir() if p.name != "manifest.json")
+    assert verify_dir(out, 1, Progress(quiet=True)) == []
+    assert not list(tmp_path.glob(".export.staging-*"))
