@@ -90,23 +90,28 @@ def silero_model(shared_cache: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def whisper_dir(shared_cache: Path) -> Path:
-    """whisper-tiny.en exported by `edge-export whisper` into the shared test cache (once, then reused)."""
+    """whisper-tiny.en exported by the exporter into the shared test cache.
+
+    The same directory and variants as the exporter's own tests use, so one run of
+    the suite exports it at most once (and not at all while the source is unchanged).
+    """
     env = os.environ.get("EDGE_SPEECH_TEST_WHISPER")
     if env:
         return Path(env)
-    target = shared_cache / "exported" / WHISPER_SOURCE
-    if (target / "manifest.json").is_file():
-        return target
     pytest.importorskip("torch", reason="exporting Whisper needs the export extra")
-    pytest.importorskip("exporters.whisper.pipeline", reason="the Whisper exporter is not installed")
-    code = "import sys; from exporters.cli import main; sys.exit(main(sys.argv[1:]))"
-    result = subprocess.run(
-        [sys.executable, "-c", code, "whisper", "--source", WHISPER_SOURCE, "--variants", "fp32,int8",
-         "--out", str(target), "-q"],
-        env={**os.environ, "EDGE_SPEECH_CACHE": str(shared_cache.parent)},
-        capture_output=True, text=True, timeout=1800, check=False)
-    assert result.returncode == 0, f"edge-export whisper failed: {result.stderr[-2000:]}"
-    return target
+    from edge_agent.models import ModelStore, load_catalog
+    from exporters.clips import clip_set
+    from exporters.progress import Progress
+    from exporters.whisper.pipeline import ExportOptions, export_whisper, resolve_source, up_to_date
+
+    store = ModelStore(shared_cache, load_catalog())
+    progress = Progress(quiet=True)
+    source = resolve_source(WHISPER_SOURCE, store, progress)
+    out = shared_cache / "exported-tests" / f"tiny.en-{source.sha256[:16]}"
+    options = ExportOptions(variants=("fp32", "int8", "fp16"))
+    if not up_to_date(out, source, options):
+        export_whisper(source, out, clip_set(shared_cache, store), options, progress)
+    return out
 
 
 @pytest.fixture(scope="session")
