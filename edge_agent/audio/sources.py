@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import struct
 import threading
-import wave
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -64,8 +65,8 @@ def check_format(rate: int, channels: int, width: int, name: str) -> None:
 class _Converter:
     """Mixes down and resamples raw PCM bytes, carrying partial frames between reads."""
 
-    def __init__(self, rate: int, channels: int, width: int, name: str) -> None:
-        self.rate, self.channels, self.width = rate, channels, width
+    def __init__(self, rate: int, channels: int, width: int, name: str, encoding: str = "pcm") -> None:
+        self.rate, self.channels, self.width, self.encoding = rate, channels, width, encoding
         self._name = Path(name)
         self._resampler = StreamResampler(rate, TARGET_RATE)
         self._carry = b""
@@ -79,7 +80,11 @@ class _Converter:
         if not usable:
             return _EMPTY
         self.frames_in += usable // frame
-        mono = decode_pcm(data[:usable], self.width, self.channels, self._name)
+        if self.encoding == "float":
+            samples = np.frombuffer(data[:usable], dtype="<f4" if self.width == 4 else "<f8")
+            mono = samples.reshape(-1, self.channels).mean(axis=1, dtype=np.float64).astype(np.float32)
+        else:
+            mono = decode_pcm(data[:usable], self.width, self.channels, self._name)
         return self._resampler.push(mono)
 
     def finish(self) -> Float32:
@@ -91,72 +96,138 @@ class _Converter:
         return len(self._carry)
 
 
+@dataclass(frozen=True)
+class WavHeader:
+    """Where a WAV file's samples are and how they are stored."""
+
+    encoding: str
+    """`pcm` (integer) or `float`."""
+    channels: int
+    rate: int
+    width: int
+    """Bytes per sample."""
+    data_offset: int
+    data_bytes: int
+
+
+_PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
+
+
+def read_wav_header(fh: BinaryIO, name: str, file_size: int) -> WavHeader:
+    """Walk the RIFF chunks up to `data`: PCM, IEEE float and WAVE_FORMAT_EXTENSIBLE files."""
+    riff = fh.read(12)
+    if len(riff) < 12:
+        reason = "empty file" if file_size == 0 else "too short for a WAV header"
+        raise AudioError(f"{name}: not a PCM WAV file ({reason})")
+    if riff[:4] != b"RIFF" or riff[8:12] != b"WAVE":
+        raise AudioError(f"{name}: not a PCM WAV file (no RIFF/WAVE header)")
+    fmt: tuple[int, int, int, int] | None = None
+    while True:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise AudioError(f"{name}: not a PCM WAV file (no data chunk)")
+        chunk, size = head[:4], struct.unpack("<I", head[4:])[0]
+        if chunk == b"fmt ":
+            body = fh.read(size + (size & 1))
+            if size < 16 or len(body) < 16:
+                raise AudioError(f"{name}: not a PCM WAV file (short fmt chunk)")
+            tag, channels, rate, _, _, bits = struct.unpack("<HHIIHH", body[:16])
+            if tag == _EXTENSIBLE and size >= 40:
+                tag = struct.unpack("<H", body[24:26])[0]  # the sub-format GUID starts with the tag
+            fmt = (tag, channels, rate, bits)
+        elif chunk == b"data":
+            if fmt is None:
+                raise AudioError(f"{name}: not a PCM WAV file (data before fmt)")
+            offset = fh.tell()
+            if size in (0, 0xFFFFFFFF) and file_size > offset:  # written while streaming: size unknown
+                size = file_size - offset
+            return _header(fmt, offset, size, name)
+        else:
+            fh.seek(size + (size & 1), os.SEEK_CUR)
+
+
+def _header(fmt: tuple[int, int, int, int], offset: int, size: int, name: str) -> WavHeader:
+    tag, channels, rate, bits = fmt
+    if tag not in (_PCM, _FLOAT):
+        raise AudioError(f"{name}: not a PCM WAV file (format tag {tag:#x}; compressed audio is not read)")
+    if bits % 8:
+        raise AudioError(f"{name}: unsupported sample size of {bits} bits")
+    encoding = "float" if tag == _FLOAT else "pcm"
+    if encoding == "float" and bits not in (32, 64):
+        raise AudioError(f"{name}: unsupported float sample size of {bits} bits")
+    width = bits // 8
+    check_format(rate, channels, width if encoding == "pcm" else 2, name)
+    return WavHeader(encoding, channels, rate, width, offset, size)
+
+
 class WavFileSource:
-    """A PCM WAV file (8/16/24/32-bit, any rate, any channel count), read block by block."""
+    """A WAV file (8/16/24/32-bit integer or 32/64-bit float, any rate and channel count), in blocks."""
 
     live = False
     sample_rate = TARGET_RATE
 
     def __init__(self, path: Path, block_s: float = 0.5) -> None:
         self.path = path
+        name = str(path)
         try:
             size = path.stat().st_size
-            self._wav = wave.open(str(path), "rb")  # noqa: SIM115 - closed in close()
+            self._fh = path.open("rb")
         except FileNotFoundError:
             raise AudioError(f"{path}: no such file") from None
         except IsADirectoryError:
             raise AudioError(f"{path}: is a directory") from None
-        except (wave.Error, EOFError) as exc:
-            reason = str(exc) or ("empty file" if size == 0 else "too short for a WAV header")
-            raise AudioError(f"{path}: not a PCM WAV file ({reason})") from None
         except OSError as exc:
             raise AudioError(f"{path}: cannot read: {exc.strerror}") from None
         try:
-            self.rate = self._wav.getframerate()
-            self.channels = self._wav.getnchannels()
-            width = self._wav.getsampwidth()
-            check_format(self.rate, self.channels, width, str(path))
-            self.frames = self._wav.getnframes()
-            # The data chunk must fit in the file; a shorter file was cut off.
-            expected = self.frames * self.channels * width
-            if expected > size:
-                raise AudioError(f"{path}: truncated (the header promises {expected} bytes of audio, "
-                                 f"the file has {size} bytes)")
+            header = read_wav_header(self._fh, name, size)
+            frame = header.channels * header.width
+            self.frames = header.data_bytes // frame
+            if header.data_offset + header.data_bytes > size:
+                have = max(0, size - header.data_offset)
+                raise AudioError(f"{path}: truncated (the header promises {header.data_bytes} bytes of "
+                                 f"audio, the file has {have})")
             if self.frames == 0:
                 raise AudioError(f"{path}: contains no audio")
+        except OSError as exc:
+            self._fh.close()
+            raise AudioError(f"{path}: cannot read: {exc.strerror or exc}") from None
         except AudioError:
-            self._wav.close()
+            self._fh.close()
             raise
+        self.header = header
+        self.rate, self.channels = header.rate, header.channels
         self.duration_s = self.frames / self.rate
-        self._block = max(1, round(block_s * self.rate))
-        self._convert = _Converter(self.rate, self.channels, width, str(path))
+        self._block_bytes = max(1, round(block_s * self.rate)) * frame
+        self._convert = _Converter(self.rate, self.channels, header.width, name, header.encoding)
         self._closed = False
 
     def blocks(self) -> Iterator[Float32]:
-        read = 0
-        while not self._closed and read < self.frames:
+        left = self.frames * self.header.channels * self.header.width
+        while not self._closed and left > 0:
             try:
-                data = self._wav.readframes(min(self._block, self.frames - read))
-            except (wave.Error, EOFError, OSError) as exc:
-                raise AudioError(f"{self.path}: read failed after {read / self.rate:.2f} s ({exc})") from None
+                data = self._fh.read(min(self._block_bytes, left))
+            except (OSError, ValueError) as exc:
+                if self._closed:
+                    return
+                raise AudioError(f"{self.path}: read failed ({exc})") from None
             if not data:
                 break
-            read += len(data) // (self.channels * self._wav.getsampwidth())
+            left -= len(data)
             out = self._convert.push(data)
             if out.size:
                 yield out
         if self._closed:
             return
-        if read < self.frames:
-            raise AudioError(f"{self.path}: truncated after {read / self.rate:.2f} s "
-                             f"of {self.duration_s:.2f} s")
+        if left > 0:
+            done = self._convert.frames_in / self.rate
+            raise AudioError(f"{self.path}: truncated after {done:.2f} s of {self.duration_s:.2f} s")
         tail = self._convert.finish()
         if tail.size:
             yield tail
 
     def close(self) -> None:
         self._closed = True
-        self._wav.close()
+        self._fh.close()
 
 
 class PcmStreamSource:

@@ -127,3 +127,50 @@ def test_microphone_without_portaudio_or_device_is_a_clear_error():
         pytest.skip("PortAudio is installed here; the no-library path cannot be shown")
     with pytest.raises(AudioUnavailable, match="PortAudio is not installed"):
         SoundDeviceSource()
+
+
+def riff(fmt_tag, channels, rate, bits, data, extra_chunks=b"", extensible_tag=None, data_size=None):
+    """A WAV file built by hand: any format tag, optional WAVE_FORMAT_EXTENSIBLE, extra chunks."""
+    import struct
+
+    align = channels * bits // 8
+    fmt = struct.pack("<HHIIHH", fmt_tag, channels, rate, rate * align, align, bits)
+    if extensible_tag is not None:
+        guid_tail = b"\x00\x00\x00\x00\x10\x00\x80\x00\x00\xaa\x00\x38\x9b\x71"
+        fmt += struct.pack("<HHI", 22, bits, 0) + struct.pack("<H", extensible_tag) + guid_tail
+    size = len(data) if data_size is None else data_size
+    body = (b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + extra_chunks
+            + b"data" + struct.pack("<I", size) + data)
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def test_float_wav_is_read(tmp_path):
+    signal = tone(440, 1.0, RATE)
+    path = tmp_path / "f.wav"
+    path.write_bytes(riff(3, 1, RATE, 32, signal.astype("<f4").tobytes()))
+    np.testing.assert_allclose(read_all(WavFileSource(path)), signal, atol=1e-6)
+
+
+def test_extensible_24_bit_four_channel_wav_with_extra_chunks_is_read(tmp_path):
+    signal = tone(440, 1.0, 48000)
+    ints = np.round(np.repeat(signal[:, None], 4, axis=1) * (2**23 - 1)).astype("<i4")
+    data = b"".join(int(v).to_bytes(4, "little", signed=True)[:3] for v in ints.reshape(-1))
+    listing = b"LIST" + (5).to_bytes(4, "little") + b"INFOx\x00"  # odd size: padded
+    path = tmp_path / "x.wav"
+    path.write_bytes(riff(0xFFFE, 4, 48000, 24, data, listing, extensible_tag=1))
+    out = read_all(WavFileSource(path))
+    assert abs(len(out) - RATE) <= 2 and dominant_frequency(out, RATE) == pytest.approx(440, abs=2)
+
+
+def test_streamed_wav_with_unknown_data_size_reads_to_the_end(tmp_path):
+    signal = tone(300, 0.5, RATE)
+    path = tmp_path / "s.wav"
+    path.write_bytes(riff(1, 1, RATE, 16, (signal * 32767).astype("<i2").tobytes(), data_size=0xFFFFFFFF))
+    assert len(read_all(WavFileSource(path))) == len(signal)
+
+
+def test_compressed_wav_is_named_as_such(tmp_path):
+    path = tmp_path / "mp3.wav"
+    path.write_bytes(riff(0x55, 1, RATE, 16, bytes(1000)))
+    with pytest.raises(AudioError, match="format tag 0x55; compressed audio"):
+        WavFileSource(path)
