@@ -52,31 +52,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS subprocess")
 
 
-def _time(fn: Transcribe, audio: Float32, repeats: int) -> tuple[float, str]:
-    times, text = [], ""
-    for _ in range(max(1, repeats)):
-        started = time.perf_counter()
-        text = fn(audio)
-        times.append(time.perf_counter() - started)
-    return median(times), text
+def measure(engines: dict[str, Transcribe], clips: list[Clip], audio: list[Float32],
+            repeats: int) -> dict[str, dict[str, Any]]:
+    """Time and score every engine on every clip, interleaved so that load drift hits all alike.
 
-
-def measure(name: str, fn: Transcribe, clips: list[Clip], audio: list[Float32],
-            repeats: int) -> dict[str, Any]:
-    """Time and score one engine over every clip (after one warm-up run)."""
-    fn(audio[0])
-    seconds, texts = [], []
-    for samples in audio:
-        t, text = _time(fn, samples, repeats)
-        seconds.append(t)
-        texts.append(text)
+    Each engine runs once on the first clip to warm up; then, clip by clip and repeat
+    by repeat, every engine in turn. A clip's time is the median of its repeats.
+    """
+    for fn in engines.values():
+        fn(audio[0])
+    times: dict[str, list[list[float]]] = {name: [[] for _ in audio] for name in engines}
+    texts: dict[str, list[str]] = {name: ["" for _ in audio] for name in engines}
+    for i, samples in enumerate(audio):
+        for _ in range(max(1, repeats)):
+            for name, fn in engines.items():
+                started = time.perf_counter()
+                texts[name][i] = fn(samples)
+                times[name][i].append(time.perf_counter() - started)
     audio_s = sum(len(a) for a in audio) / 16000
-    total = sum(seconds)
-    result = {"engine": name, "total_s": total, "rtf": total / audio_s, "median_clip_s": median(seconds),
-              "wer": wer([c.text for c in clips], texts),
-              "texts": dict(zip([f"{c.engine}:{c.text}" for c in clips], texts, strict=True))}
-    log.info("%s: %.3f s total, RTF %.3f, WER %.3f", name, total, result["rtf"], result["wer"])
-    return result
+    results = {}
+    keys = [f"{c.engine}:{c.text}" for c in clips]
+    for name in engines:
+        seconds = [median(t) for t in times[name]]
+        total = sum(seconds)
+        results[name] = {"engine": name, "total_s": total, "rtf": total / audio_s,
+                         "median_clip_s": median(seconds), "wer": wer([c.text for c in clips], texts[name]),
+                         "texts": dict(zip(keys, texts[name], strict=True))}
+        log.info("%s: %.3f s total, RTF %.3f, WER %.3f", name, total, results[name]["rtf"],
+                 results[name]["wer"])
+    return results
 
 
 def _ours(model: WhisperOnnx, padding: Padding, max_tokens: int) -> Transcribe:
@@ -240,30 +244,26 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     clips = _clips(ctx, args)
     audio = [c.audio() for c in clips]
     padding = Padding.from_settings(asr)
-    results: dict[str, Any] = {}
+    engines: dict[str, Transcribe] = {}
+    sizes: dict[str, float] = {}
     default_model: WhisperOnnx | None = None
     for variant in wanted:
         model = WhisperOnnx.load(export_dir, variant, asr.threads)
-        results[f"ours-{variant}"] = measure(f"ours-{variant}", _ours(model, padding, asr.max_tokens),
-                                             clips, audio, args.repeats)
-        results[f"ours-{variant}"]["size_mb"] = sum(
-            (export_dir / f).stat().st_size for f in (model.manifest.variants[variant].encoder,
-                                                      model.manifest.variants[variant].decoder)) / 1e6
+        engines[f"ours-{variant}"] = _ours(model, padding, asr.max_tokens)
+        files = manifest.variants[variant]
+        sizes[variant] = sum((export_dir / f).stat().st_size for f in (files.encoder, files.decoder)) / 1e6
         if variant == default:
             default_model = model
-            full = measure(f"ours-{variant}-full30s", _ours(model, Padding("full"), asr.max_tokens),
-                           clips, audio, 1)
-            results[f"ours-{variant}-full30s"] = full
-        else:
-            model.close()
-    references: dict[str, Transcribe | None] = {}
+            engines[f"ours-{variant}-full30s"] = _ours(model, Padding("full"), asr.max_tokens)
     ct2_dir = None if args.no_reference else _source_dir(ctx, manifest.source)
     if ct2_dir is not None:
-        references["faster-whisper-int8"] = _faster_whisper(ct2_dir, asr.threads)
-        references["torch-fp32"] = _torch(ct2_dir, asr.threads)
-    for name, fn in references.items():
-        if fn is not None:
-            results[name] = measure(name, fn, clips, audio, 1 if name == "torch-fp32" else args.repeats)
+        for name, make in (("faster-whisper-int8", _faster_whisper), ("torch-fp32", _torch)):
+            fn = make(ct2_dir, asr.threads)
+            if fn is not None:
+                engines[name] = fn
+    results = measure(engines, clips, audio, args.repeats)
+    for variant, size in sizes.items():
+        results[f"ours-{variant}"]["size_mb"] = size
     ours = results.get(f"ours-{default}")
     fw, pt = results.get("faster-whisper-int8"), results.get("torch-fp32")
     summary: dict[str, Any] = {
