@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from edge_agent.asr.listener import build_listener
-from edge_agent.audio.sources import AudioSource, PcmStreamSource, WavFileSource, open_pcm_stdin
+from edge_agent.audio.sources import AudioSource, WavFileSource, open_pcm_stdin
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
 
@@ -60,6 +60,6 @@ def run(args: argparse.Namespace) -> int:
     stats = listener.stats
     log.info("%.1f s of audio: %d utterances, %d transcribed", stats.audio_s, stats.utterances,
              stats.transcripts)
-    if isinstance(source, PcmStreamSource | WavFileSource) and stats.utterances == 0:
+    if stats.utterances == 0:
         log.warning("no speech found in %.1f s of audio", stats.audio_s)
     return 0
