@@ -104,6 +104,83 @@ class TtsSettings:
 
 
 @dataclass(frozen=True)
+class VadSettings:
+    """Voice activity detection: which frames are speech, where utterances start and end."""
+
+    engine: Literal["webrtc", "silero"] = "webrtc"
+    """webrtc: webrtcvad (tiny, no model file); silero: the Silero VAD ONNX model (`silero-vad`)."""
+    aggressiveness: int = 2
+    """webrtcvad mode, 0 (keeps most audio) .. 3 (drops most non-speech)."""
+    frame_ms: int = 30
+    """webrtcvad frame length: 10, 20 or 30 ms (Silero always uses 32 ms)."""
+    preroll_ms: int = 300
+    """Audio kept from before the first speech frame, so soft onsets are not clipped."""
+    hangover_ms: int = 500
+    """Non-speech needed after speech to end an utterance (sets end-of-speech latency)."""
+    min_utterance_ms: int = 250
+    """Speech shorter than this (clicks, a cough) is dropped."""
+    max_utterance_s: float = 20.0
+    """An utterance is cut here and continues as the next one; at most 30 s (Whisper's window)."""
+    silero_threshold: float = 0.5
+    """Silero speech probability at or above which a frame counts as speech."""
+
+    def __post_init__(self) -> None:
+        if self.aggressiveness not in (0, 1, 2, 3):
+            raise ValueError(f"aggressiveness: {self.aggressiveness} is not one of 0, 1, 2, 3")
+        if self.frame_ms not in (10, 20, 30):
+            raise ValueError(f"frame_ms: {self.frame_ms} is not one of 10, 20, 30")
+        if min(self.preroll_ms, self.hangover_ms, self.min_utterance_ms) < 0:
+            raise ValueError("preroll_ms, hangover_ms and min_utterance_ms must not be negative")
+        if not 1.0 <= self.max_utterance_s <= 30.0:
+            raise ValueError(f"max_utterance_s: {self.max_utterance_s} is outside 1..30")
+        if not 0.0 < self.silero_threshold < 1.0:
+            raise ValueError(f"silero_threshold: {self.silero_threshold} is outside 0..1")
+
+
+@dataclass(frozen=True)
+class AsrSettings:
+    """Speech recognition: Whisper exported to ONNX by `edge-export whisper`."""
+
+    model: str = "whisper-tiny.en"
+    """Source model id (its export lives in `<models.cache_dir>/exported/<id>/`) or an export directory."""
+    variant: str = ""
+    """Exported variant (fp32, int8, fp16, int8-static); empty uses the manifest's default."""
+    threads: int = 2
+    """onnxruntime intra-op threads for the encoder and decoder."""
+    language: str = "en"
+    """Spoken language for multilingual models (ignored by English-only ones)."""
+    max_tokens: int = 96
+    """Most tokens decoded per utterance (a 20 s command needs far fewer)."""
+    padding: Literal["bucket", "full"] = "bucket"
+    """full: pad every utterance to Whisper's 30 s window; bucket: to speech + margin, rounded up."""
+    bucket_s: float = 2.0
+    """With `bucket` padding: encoder input lengths are multiples of this."""
+    margin_s: float = 5.0
+    """With `bucket` padding: silence always added after the speech before rounding up (Whisper
+    needs seconds of trailing silence to end cleanly; less makes it repeat itself)."""
+    no_speech_threshold: float = 0.6
+    """Drop an utterance whose no-speech probability is above this and whose tokens are unsure."""
+    min_avg_logprob: float = -1.5
+    """Drop an utterance whose tokens average a log-probability below this (noise Whisper made words of)."""
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("model: must name a model id or an export directory")
+        if self.threads < 1:
+            raise ValueError(f"threads: must be at least 1, not {self.threads}")
+        if not 1 <= self.max_tokens <= 224:
+            raise ValueError(f"max_tokens: {self.max_tokens} is outside 1..224")
+        if not 0.5 <= self.bucket_s <= 30.0:
+            raise ValueError(f"bucket_s: {self.bucket_s} is outside 0.5..30")
+        if not 0.0 <= self.margin_s <= 10.0:
+            raise ValueError(f"margin_s: {self.margin_s} is outside 0..10")
+        if not 0.0 < self.no_speech_threshold <= 1.0:
+            raise ValueError(f"no_speech_threshold: {self.no_speech_threshold} is outside 0..1")
+        if self.min_avg_logprob > 0:
+            raise ValueError(f"min_avg_logprob: {self.min_avg_logprob} is a log-probability, at most 0")
+
+
+@dataclass(frozen=True)
 class ModelSettings:
     """The model store."""
 
@@ -408,6 +485,8 @@ class Settings:
     device: DeviceSettings = field(default_factory=DeviceSettings)
     audio: AudioSettings = field(default_factory=AudioSettings)
     tts: TtsSettings = field(default_factory=TtsSettings)
+    vad: VadSettings = field(default_factory=VadSettings)
+    asr: AsrSettings = field(default_factory=AsrSettings)
     models: ModelSettings = field(default_factory=ModelSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     offload: OffloadSettings = field(default_factory=OffloadSettings)

@@ -116,3 +116,11 @@ def _decode(data: bytes, width: int, path: Path) -> Float32:
     if width == 4:
         return np.frombuffer(data[: len(data) - len(data) % 4], dtype="<i4").astype(np.float32) / 2.0**31
     raise AudioError(f"{path}: unsupported sample width of {width} bytes")
+
+
+def decode_pcm(data: bytes, width: int, channels: int, source: Path) -> Float32:
+    """Interleaved integer PCM frames (1-4 bytes per sample) to mono float32."""
+    samples = _decode(data, width, source)
+    if channels > 1:
+        samples = samples[: len(samples) - len(samples) % channels].reshape(-1, channels).mean(axis=1)
+    return samples.astype(np.float32, copy=False)

@@ -7,8 +7,12 @@ import importlib
 
 from edge_agent.commands.context import Context
 
-SUBJECTS = {"tts": "edge_agent.bench.tts", "offload": "edge_agent.bench.offload",
-            "mqtt": "edge_agent.bench.mqtt"}
+SUBJECTS = {
+    "tts": "edge_agent.bench.tts",
+    "asr": "edge_agent.bench.asr",
+    "offload": "edge_agent.bench.offload",
+    "mqtt": "edge_agent.bench.mqtt",
+}
 """Subject name -> module with `add_arguments(parser)` and `run(ctx, args) -> int`."""
 
 

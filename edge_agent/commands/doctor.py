@@ -66,6 +66,23 @@ def check_models(ctx: Context) -> list[Check]:
     return checks
 
 
+def check_asr(ctx: Context) -> Check:
+    """The Whisper export the listener would load: present, variant known, files as the manifest says."""
+    from edge_agent.asr.manifest import load_manifest, verify_files
+    from edge_agent.asr.whisper import resolve_export_dir
+    from edge_agent.errors import ModelError
+
+    asr = ctx.settings.asr
+    directory = resolve_export_dir(asr, ctx.settings.models)
+    try:
+        manifest = load_manifest(directory)
+        variant = manifest.variant(asr.variant or None)
+        verify_files(manifest, [variant.encoder, variant.decoder, "tokenizer.json"])
+    except ModelError as exc:
+        return Check("asr", False, False, str(exc))
+    return Check("asr", True, False, f"{directory} ({variant.name}), files verified")
+
+
 def check_broker(ctx: Context, timeout: float) -> Check:
     broker = ctx.settings.mqtt.broker
     if not broker:
@@ -149,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
     probes: list[Callable[[], Check | list[Check]]] = [
         lambda: check_audio(ctx),
         lambda: check_models(ctx),
+        lambda: check_asr(ctx),
         lambda: check_broker(ctx, args.timeout),
         lambda: check_server(ctx, args.timeout),
     ]

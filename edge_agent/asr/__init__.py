@@ -1,0 +1,1 @@
+"""Speech recognition: Whisper exported to ONNX, run with numpy and onnxruntime (no torch)."""

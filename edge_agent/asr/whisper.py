@@ -1,0 +1,323 @@
+"""Whisper on onnxruntime: log-mel in numpy, the exported encoder, greedy decoding with a KV cache.
+
+The encoder accepts any even number of mel frames up to 3000. Whisper itself pads
+every input to 30 s; for a 2 s voice command that padding is most of the work.
+`Padding` chooses the encoder length per utterance: `full` (30 s, Whisper's own
+behaviour) or `bucket` (speech plus a margin of silence, rounded up to a multiple
+of `bucket_s`, so a few distinct lengths keep onnxruntime's caches warm).
+
+Decoding follows openai-whisper's greedy path without timestamps: the prompt is
+the start-of-transcript sequence plus `<|notimestamps|>`, blank output and
+end-of-text are suppressed on the first step, the manifest's `suppress_tokens`
+on every step, and the arg-max token is taken until end-of-text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+import zlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from edge_agent.asr.features import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES, SAMPLE_RATE, log_mel_spectrogram
+from edge_agent.asr.manifest import Manifest, load_manifest, verify_files
+from edge_agent.asr.tokenizer import SPACE_TOKEN, Tokenizer
+from edge_agent.audio.resample import Float32
+from edge_agent.config import AsrSettings, ModelSettings
+from edge_agent.errors import ModelError, UsageError
+from edge_agent.runtime import make_session
+
+log = logging.getLogger(__name__)
+
+EXPORT_SUBDIR = "exported"
+"""Exports live in `<models.cache_dir>/exported/<source id>/`."""
+
+
+@dataclass(frozen=True)
+class Padding:
+    """How long the encoder input is for a given amount of audio."""
+
+    policy: str = AsrSettings.padding
+    bucket_s: float = AsrSettings.bucket_s
+    margin_s: float = AsrSettings.margin_s
+
+    @staticmethod
+    def from_settings(settings: AsrSettings) -> Padding:
+        return Padding(settings.padding, settings.bucket_s, settings.margin_s)
+
+    def frames(self, n_samples: int) -> int:
+        """Mel frames (even, at most 3000) fed to the encoder for `n_samples` of audio."""
+        if self.policy == "full":
+            return N_FRAMES
+        seconds = n_samples / SAMPLE_RATE + self.margin_s
+        bucket = max(1, round(self.bucket_s * FRAMES_PER_SECOND))
+        frames = math.ceil(seconds * FRAMES_PER_SECOND / bucket) * bucket
+        frames += frames % 2
+        return min(N_FRAMES, max(2, frames))
+
+
+@dataclass
+class Timings:
+    """Seconds spent in each stage of one recognition."""
+
+    features: float = 0.0
+    encoder: float = 0.0
+    decoder: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.features + self.encoder + self.decoder
+
+
+@dataclass(frozen=True)
+class Recognition:
+    """What Whisper heard in one stretch of audio (at most 30 s)."""
+
+    text: str
+    tokens: tuple[int, ...]
+    """Sampled token ids, without the prompt and without end-of-text."""
+    no_speech_prob: float
+    """Probability of `<|nospeech|>` at the start (0 when the model has no such token)."""
+    avg_logprob: float
+    """Mean log-probability of the sampled tokens, end-of-text included (Whisper's measure)."""
+    frames: int
+    """Mel frames the encoder saw."""
+    timings: Timings = field(default_factory=Timings)
+    fallback: bool = False
+    """The short window gave a degenerate result and this one came from the full 30 s window."""
+
+
+COMPRESSION_RATIO_LIMIT = 2.4
+"""Whisper's own threshold: text that gzip shrinks more than this is a repetition loop."""
+
+
+def compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def token_budget(seconds: float) -> int:
+    """Most tokens plausible for `seconds` of speech (fast speech is about 5 tokens a second)."""
+    return 16 + math.ceil(8 * seconds)
+
+
+def degenerate(result: Recognition, limit: int) -> bool:
+    """A repetition loop: decoding used up its budget, or the text repeats itself."""
+    return len(result.tokens) >= limit or compression_ratio(result.text) > COMPRESSION_RATIO_LIMIT
+
+
+def resolve_export_dir(asr: AsrSettings, models: ModelSettings) -> Path:
+    """`asr.model` as a directory if it looks like a path, else the export of that source id."""
+    value = asr.model
+    if "/" in value or value.startswith((".", "~")):
+        return Path(value).expanduser()
+    return models.cache_dir / EXPORT_SUBDIR / value
+
+
+class WhisperOnnx:
+    """An exported Whisper model (one variant) ready to transcribe 16 kHz audio."""
+
+    def __init__(self, manifest: Manifest, variant: str, encoder: Any, decoder: Any,
+                 tokenizer: Tokenizer) -> None:
+        self.manifest = manifest
+        self.variant = variant
+        self.dims = manifest.dims
+        self.tokens = manifest.tokens
+        self.tokenizer = tokenizer
+        self._encoder = encoder
+        self._decoder = decoder
+        self._suppress = self._suppressed_ids()
+        self._blank = self._blank_ids()
+
+    @staticmethod
+    def load(directory: Path, variant: str | None = None, threads: int = 2,
+             *, verify: bool = True) -> WhisperOnnx:
+        """Load `variant` (default: the manifest's) from an export directory."""
+        manifest = load_manifest(directory)
+        chosen = manifest.variant(variant or None)
+        if manifest.sample_rate != SAMPLE_RATE:
+            raise ModelError(f"{directory}: sample rate {manifest.sample_rate}, expected {SAMPLE_RATE}")
+        if verify:
+            verify_files(manifest, [chosen.encoder, chosen.decoder, "tokenizer.json"])
+        started = time.perf_counter()
+        encoder = make_session(directory / chosen.encoder, threads)
+        decoder = make_session(directory / chosen.decoder, threads)
+        tokenizer = Tokenizer.load(manifest.tokenizer_path)
+        _check_io(encoder, {"mel"}, directory / chosen.encoder)
+        _check_io(decoder, {"tokens", "self_k_in", "self_v_in", "cross_k", "cross_v", "offset"},
+                  directory / chosen.decoder)
+        log.info("whisper %s (%s) loaded in %.2f s", directory.name, chosen.name,
+                 time.perf_counter() - started)
+        return WhisperOnnx(manifest, chosen.name, encoder, decoder, tokenizer)
+
+    @staticmethod
+    def from_settings(asr: AsrSettings, models: ModelSettings) -> WhisperOnnx:
+        return WhisperOnnx.load(resolve_export_dir(asr, models), asr.variant or None, asr.threads)
+
+    # -- prompt and logit filters ---------------------------------------------------
+
+    def prompt(self, language: str | None = None) -> list[int]:
+        """The manifest's start-of-transcript sequence, in `language`, ending in `<|notimestamps|>`."""
+        t = self.tokens
+        sequence = list(t.sot_sequence) or [t.sot]
+        if self.manifest.multilingual and language:
+            lang = t.languages.get(language)
+            if lang is None:
+                raise UsageError(f"asr.language: {language!r} is not a language this model knows")
+            known = set(t.languages.values())
+            at = next((i for i, tok in enumerate(sequence) if tok in known), None)
+            if at is None:
+                sequence.insert(1, lang)
+            else:
+                sequence[at] = lang
+        if t.no_timestamps not in sequence:
+            sequence.append(t.no_timestamps)
+        return sequence
+
+    def _suppressed_ids(self) -> npt.NDArray[np.int64]:
+        t = self.tokens
+        ids = set(self.manifest.suppress_tokens) | {t.transcribe, t.translate, t.sot}
+        if t.no_speech is not None:
+            ids.add(t.no_speech)
+        return np.array(sorted(i for i in ids if 0 <= i < self.dims.n_vocab), dtype=np.int64)
+
+    def _blank_ids(self) -> npt.NDArray[np.int64]:
+        if self.manifest.begin_suppress_tokens:
+            return np.array(self.manifest.begin_suppress_tokens, dtype=np.int64)
+        ids = [self.tokens.eot]
+        with contextlib.suppress(ModelError):  # a vocabulary without a bare space: nothing to suppress
+            ids.append(self.tokenizer.token_id(SPACE_TOKEN))
+        return np.array(ids, dtype=np.int64)
+
+    # -- stages ----------------------------------------------------------------------
+
+    def features(self, audio: Float32, frames: int) -> Float32:
+        """Log-mel of `audio` padded with silence (or cut) to exactly `frames` frames."""
+        wanted = frames * HOP_LENGTH
+        clip = audio[:wanted]
+        mel = log_mel_spectrogram(clip, self.dims.n_mels, padding=wanted - clip.size)
+        return mel[:, :frames]
+
+    def encode(self, mel: Float32) -> tuple[Float32, Float32]:
+        """Cross-attention keys and values for a [n_mels, frames] log-mel."""
+        cross_k, cross_v = self._encoder.run(["cross_k", "cross_v"], {"mel": mel[None, :, :]})
+        return cross_k, cross_v
+
+    def decode(self, cross_k: Float32, cross_v: Float32, prompt: list[int],
+               max_tokens: int) -> tuple[list[int], float, float]:
+        """Greedy decoding: (sampled tokens, no-speech probability, sum of log-probabilities)."""
+        d = self.dims
+        eot = self.tokens.eot
+        shape = (d.n_text_layer, 1, 0, d.n_text_state)
+        self_k = np.zeros(shape, dtype=np.float32)
+        self_v = np.zeros(shape, dtype=np.float32)
+        step_input = np.array([prompt], dtype=np.int64)
+        sampled: list[int] = []
+        no_speech = 0.0
+        sum_logprob = 0.0
+        limit = min(max_tokens, d.n_text_ctx - len(prompt))
+        for step in range(limit):
+            logits, self_k, self_v = self._decoder.run(
+                ["logits", "self_k_out", "self_v_out"],
+                {"tokens": step_input, "self_k_in": self_k, "self_v_in": self_v,
+                 "cross_k": cross_k, "cross_v": cross_v,
+                 "offset": np.array(self_k.shape[2], dtype=np.int64)},
+            )
+            if step == 0 and self.tokens.no_speech is not None:
+                no_speech = float(_softmax(logits[0, 0].astype(np.float64))[self.tokens.no_speech])
+            last = logits[0, -1].astype(np.float64)
+            last[self._suppress] = -np.inf
+            if step == 0:
+                last[self._blank] = -np.inf
+            token = int(np.argmax(last))
+            sum_logprob += float(_log_softmax_at(last, token))
+            if token == eot:
+                break
+            sampled.append(token)
+            step_input = np.array([[token]], dtype=np.int64)
+        return sampled, no_speech, sum_logprob
+
+    def recognize(self, audio: Float32, padding: Padding | None = None, *, max_tokens: int = 224,
+                  language: str | None = None) -> Recognition:
+        """Transcribe 16 kHz mono audio; beyond 30 s it goes in consecutive 30 s windows.
+
+        With bucket padding, a degenerate result (a repetition loop: text that
+        compresses too well, or decoding that ran out of tokens) is decoded again
+        with Whisper's full 30 s window, and `fallback` says so.
+        """
+        pad = padding or Padding("full")
+        if audio.size > N_FRAMES * HOP_LENGTH:
+            return self._recognize_long(audio, pad, max_tokens, language)
+        frames = pad.frames(audio.size)
+        limit = min(max_tokens, token_budget(audio.size / SAMPLE_RATE))
+        result = self._recognize_window(audio, frames, limit, language)
+        if frames < N_FRAMES and degenerate(result, limit):
+            log.info("decode at %d frames looks degenerate (%r); retrying with 30 s", frames,
+                     result.text[:80])
+            full = self._recognize_window(audio, N_FRAMES, max_tokens, language)
+            spent = result.timings
+            timings = Timings(spent.features + full.timings.features, spent.encoder + full.timings.encoder,
+                              spent.decoder + full.timings.decoder)
+            return replace(full, timings=timings, fallback=True)
+        return result
+
+    def _recognize_window(self, audio: Float32, frames: int, max_tokens: int,
+                          language: str | None) -> Recognition:
+        timings = Timings()
+        started = time.perf_counter()
+        mel = self.features(audio, frames)
+        timings.features = time.perf_counter() - started
+        started = time.perf_counter()
+        cross_k, cross_v = self.encode(mel)
+        timings.encoder = time.perf_counter() - started
+        started = time.perf_counter()
+        tokens, no_speech, sum_logprob = self.decode(cross_k, cross_v, self.prompt(language), max_tokens)
+        timings.decoder = time.perf_counter() - started
+        text = self.tokenizer.decode(tokens).strip()
+        return Recognition(text, tuple(tokens), no_speech, sum_logprob / (len(tokens) + 1), frames, timings)
+
+    def _recognize_long(self, audio: Float32, pad: Padding, max_tokens: int,
+                        language: str | None) -> Recognition:
+        window = N_FRAMES * HOP_LENGTH
+        parts = [self.recognize(audio[i:i + window], pad, max_tokens=max_tokens, language=language)
+                 for i in range(0, audio.size, window)]
+        timings = Timings(sum(p.timings.features for p in parts), sum(p.timings.encoder for p in parts),
+                          sum(p.timings.decoder for p in parts))
+        return Recognition(
+            text=" ".join(p.text for p in parts if p.text),
+            tokens=tuple(t for p in parts for t in p.tokens),
+            no_speech_prob=min(p.no_speech_prob for p in parts),
+            avg_logprob=float(np.mean([p.avg_logprob for p in parts])),
+            frames=sum(p.frames for p in parts),
+            timings=timings,
+        )
+
+    def close(self) -> None:
+        self._encoder = None
+        self._decoder = None
+
+
+def _softmax(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    e = np.exp(x - x.max())
+    out: npt.NDArray[np.float64] = e / e.sum()
+    return out
+
+
+def _log_softmax_at(x: npt.NDArray[np.float64], index: int) -> float:
+    finite = x[np.isfinite(x)]
+    top = finite.max()
+    return float(x[index] - top - np.log(np.exp(finite - top).sum()))
+
+
+def _check_io(session: Any, expected: set[str], path: Path) -> None:
+    names = {i.name for i in session.get_inputs()}
+    if not expected <= names:
+        raise ModelError(f"{path}: inputs {sorted(names)} lack {sorted(expected - names)}; "
+                         "not an edge-export Whisper model")

@@ -1,0 +1,328 @@
+"""Speech recognition: RTF and WER of every exported variant vs faster-whisper int8 and PyTorch Whisper.
+
+All engines transcribe the same synthesized smart-speaker commands (espeak-ng and
+our Piper voice, 1-4 s each) with the same thread count, greedy and without
+timestamps. `ratio` = our default variant's time / faster-whisper int8's time on
+the same CTranslate2 weights; `torch_ratio` = ours / openai-whisper fp32 (the
+exporter's PyTorch reference). Both references come with the `dev`/`export`
+extras and are skipped where they are not installed. Also measured: the WER of our
+default variant when every input is padded to 30 s as Whisper does (the cost of
+the bucket padding), end-of-speech -> transcript latency through the VAD and the
+listener, webrtcvad vs Silero on the same audio, and the peak RSS of a process with
+VAD + ASR + the local voice loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge_agent.asr.listener import Listener, Transcriber
+from edge_agent.asr.manifest import load_manifest
+from edge_agent.asr.wer import wer
+from edge_agent.asr.whisper import Padding, WhisperOnnx, resolve_export_dir
+from edge_agent.audio.resample import Float32
+from edge_agent.bench.clips import COMMANDS, ENGINES, Clip, clips_dir, make_clips
+from edge_agent.bench.report import emit, machine, median, percentile
+from edge_agent.commands.context import Context
+from edge_agent.errors import ModelError, UsageError
+from edge_agent.vad import SILERO_MODEL, Segmenter, SileroClassifier, WebRtcClassifier
+from edge_agent.vad.classifiers import FrameClassifier
+
+log = logging.getLogger(__name__)
+
+Transcribe = Callable[[Float32], str]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per clip and engine (median)")
+    parser.add_argument("--clips", type=int, default=len(COMMANDS), help="commands per voice (at most 12)")
+    parser.add_argument("--voices", default=",".join(ENGINES), help="clip voices: espeak,piper")
+    parser.add_argument("--variants", default="", help="exported variants to run (default: all)")
+    parser.add_argument("--no-reference", action="store_true", help="skip faster-whisper and PyTorch")
+    parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS subprocess")
+
+
+def measure(engines: dict[str, Transcribe], clips: list[Clip], audio: list[Float32],
+            repeats: int) -> dict[str, dict[str, Any]]:
+    """Time and score every engine on every clip, interleaved so that load drift hits all alike.
+
+    Each engine runs once on the first clip to warm up; then, clip by clip and repeat
+    by repeat, every engine in turn. A clip's time is the median of its repeats.
+    """
+    for fn in engines.values():
+        fn(audio[0])
+    times: dict[str, list[list[float]]] = {name: [[] for _ in audio] for name in engines}
+    texts: dict[str, list[str]] = {name: ["" for _ in audio] for name in engines}
+    for i, samples in enumerate(audio):
+        for _ in range(max(1, repeats)):
+            for name, fn in engines.items():
+                started = time.perf_counter()
+                texts[name][i] = fn(samples)
+                times[name][i].append(time.perf_counter() - started)
+    audio_s = sum(len(a) for a in audio) / 16000
+    results = {}
+    keys = [f"{c.engine}:{c.text}" for c in clips]
+    for name in engines:
+        seconds = [median(t) for t in times[name]]
+        total = sum(seconds)
+        results[name] = {"engine": name, "total_s": total, "rtf": total / audio_s,
+                         "median_clip_s": median(seconds), "wer": wer([c.text for c in clips], texts[name]),
+                         "texts": dict(zip(keys, texts[name], strict=True))}
+        log.info("%s: %.3f s total, RTF %.3f, WER %.3f", name, total, results[name]["rtf"],
+                 results[name]["wer"])
+    return results
+
+
+def _ours(model: WhisperOnnx, padding: Padding, max_tokens: int) -> Transcribe:
+    return lambda audio: model.recognize(audio, padding, max_tokens=max_tokens).text
+
+
+def _source_dir(ctx: Context, manifest_source: Any) -> Path | None:
+    """The CTranslate2 directory the export was made from (for faster-whisper and PyTorch)."""
+    ids = []
+    if isinstance(manifest_source, dict):
+        ids += [str(manifest_source.get(k)) for k in ("id", "model", "catalog_id") if manifest_source.get(k)]
+        if manifest_source.get("path"):
+            path = Path(str(manifest_source["path"]))
+            if (path / "model.bin").is_file():
+                return path
+    elif isinstance(manifest_source, str):
+        ids.append(manifest_source)
+    ids.append(ctx.settings.asr.model)
+    for model_id in ids:
+        try:
+            found = ctx.store.locate(model_id)
+        except ModelError:
+            continue
+        if found is not None and "model.bin" in found.paths:
+            return found.paths["model.bin"].parent
+    return None
+
+
+def _faster_whisper(ct2_dir: Path, threads: int) -> Transcribe | None:
+    try:
+        from faster_whisper import WhisperModel
+    except ImportError:
+        return None
+    model = WhisperModel(str(ct2_dir), device="cpu", compute_type="int8", cpu_threads=threads)
+
+    def run(audio: Float32) -> str:
+        segments, _ = model.transcribe(audio, language="en", beam_size=1, best_of=1, temperature=0.0,
+                                       without_timestamps=True, condition_on_previous_text=False,
+                                       vad_filter=False)
+        return " ".join(s.text.strip() for s in segments).strip()
+
+    return run
+
+
+def _torch(ct2_dir: Path, threads: int) -> Transcribe | None:
+    try:  # the exporter's PyTorch reference, only where the export extra is installed
+        import torch
+
+        from exporters.whisper.reference import Reference, load_model
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+    ref = Reference(load_model(ct2_dir))
+    return lambda audio: ref.transcribe(audio).text
+
+
+def latency(model: WhisperOnnx, ctx: Context, audio: list[Float32]) -> dict[str, Any]:
+    """End of speech -> transcript through VAD + listener, for input arriving in real time.
+
+    Each clip is framed by silence and streamed through the configured VAD; the
+    latency is the hangover the VAD waits (stream time) plus the measured ASR time.
+    """
+    from edge_agent.vad import make_segmenter
+
+    settings = ctx.settings
+    values, asr = [], []
+    for samples in audio:
+        x = np.concatenate([np.zeros(8000, np.float32), samples, np.zeros(24000, np.float32)])
+        listener = Listener(_ArraySource(x), make_segmenter(settings.vad, ctx.store),
+                            Transcriber(model, settings.asr))
+        for t in listener:
+            values.append(t.latency_s)
+            asr.append(t.asr_s)
+    return {"engine": settings.vad.engine, "hangover_s": settings.vad.hangover_ms / 1000,
+            "median_s": median(values), "p90_s": percentile(values, 90), "asr_median_s": median(asr),
+            "utterances": len(values), "clips": len(audio)}
+
+
+class _ArraySource:
+    """A finished recording as an `AudioSource`, in 100 ms blocks."""
+
+    live = False
+    sample_rate = 16000
+
+    def __init__(self, samples: Float32) -> None:
+        self._samples = samples
+
+    def blocks(self) -> Any:
+        for i in range(0, len(self._samples), 1600):
+            yield self._samples[i:i + 1600]
+
+    def close(self) -> None:
+        pass
+
+
+def vad_compare(ctx: Context, audio: list[Float32]) -> dict[str, Any]:
+    """webrtcvad and Silero on the same stream: commands separated by 1.5 s, then 5 s of noise."""
+    rng = np.random.default_rng(0)
+    gap = np.zeros(24000, np.float32)
+    speech = np.concatenate([p for a in audio for p in (gap, a)] + [gap])
+    noisy = rng.normal(0, 0.05, 5 * 16000).astype(np.float32)
+    settings = ctx.settings.vad
+    engines: dict[str, Callable[[], FrameClassifier]] = {
+        "webrtc": lambda: WebRtcClassifier(settings.aggressiveness, settings.frame_ms)}
+    silero = ctx.store.locate(SILERO_MODEL)
+    if silero is not None:
+        engines["silero"] = lambda: SileroClassifier.load(silero.path("silero_vad.onnx"),
+                                                          settings.silero_threshold)
+    out: dict[str, Any] = {"expected_utterances": len(audio), "speech_s": len(speech) / 16000}
+    for name, make in engines.items():
+        seg = Segmenter(make(), settings)
+        started = time.perf_counter()
+        found = seg.push(speech) + seg.flush()
+        spent = time.perf_counter() - started
+        noise_seg = Segmenter(make(), settings)
+        false_alarms = noise_seg.push(noisy) + noise_seg.flush()
+        out[name] = {"utterances": len(found), "us_per_frame": 1e6 * spent / max(1, seg.stats.frames),
+                     "frame_ms": seg.frame_ms, "noise_utterances": len(false_alarms),
+                     "noise_speech_fraction": noise_seg.stats.speech_frames / max(1, noise_seg.stats.frames)}
+    if silero is None:
+        out["silero"] = None
+    return out
+
+
+def peak_rss(args: argparse.Namespace, clip: Path) -> dict[str, Any] | None:
+    cmd = [sys.executable, "-m", "edge_agent.bench.rss", str(clip)]
+    if args.config:
+        cmd += ["--config", args.config]
+    for item in args.overrides:
+        cmd += ["--set", item]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    if result.returncode != 0:
+        log.warning("peak RSS run failed: %s", (result.stderr.strip().splitlines() or ["?"])[-1])
+        return None
+    doc: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return doc
+
+
+def _clips(ctx: Context, args: argparse.Namespace) -> list[Clip]:
+    voices = [v for v in args.voices.split(",") if v]
+    count = max(1, min(args.clips, len(COMMANDS)))
+    voice = None
+    if "piper" in voices:
+        from edge_agent.tts.registry import VoiceRegistry
+
+        voice = VoiceRegistry(ctx.store, ctx.settings.tts).get(ctx.settings.tts.voice)
+    return make_clips(clips_dir(ctx.settings.models.cache_dir), COMMANDS[:count], voices, voice)
+
+
+def run(ctx: Context, args: argparse.Namespace) -> int:
+    settings = ctx.settings
+    asr = settings.asr
+    export_dir = resolve_export_dir(asr, settings.models)
+    manifest = load_manifest(export_dir)
+    wanted = [v for v in args.variants.split(",") if v] or list(manifest.variants)
+    unknown = [v for v in wanted if v not in manifest.variants]
+    if unknown:
+        have = ", ".join(manifest.variants)
+        raise UsageError(f"--variants: {', '.join(unknown)} not exported (have {have})")
+    default = asr.variant or manifest.default_variant
+    clips = _clips(ctx, args)
+    audio = [c.audio() for c in clips]
+    padding = Padding.from_settings(asr)
+    engines: dict[str, Transcribe] = {}
+    sizes: dict[str, float] = {}
+    default_model: WhisperOnnx | None = None
+    for variant in wanted:
+        model = WhisperOnnx.load(export_dir, variant, asr.threads)
+        engines[f"ours-{variant}"] = _ours(model, padding, asr.max_tokens)
+        files = manifest.variants[variant]
+        sizes[variant] = sum((export_dir / f).stat().st_size for f in (files.encoder, files.decoder)) / 1e6
+        if variant == default:
+            default_model = model
+            engines[f"ours-{variant}-full30s"] = _ours(model, Padding("full"), asr.max_tokens)
+    ct2_dir = None if args.no_reference else _source_dir(ctx, manifest.source)
+    if ct2_dir is not None:
+        for name, make in (("faster-whisper-int8", _faster_whisper), ("torch-fp32", _torch)):
+            fn = make(ct2_dir, asr.threads)
+            if fn is not None:
+                engines[name] = fn
+    results = measure(engines, clips, audio, args.repeats)
+    for variant, size in sizes.items():
+        results[f"ours-{variant}"]["size_mb"] = size
+    ours = results.get(f"ours-{default}")
+    fw, pt = results.get("faster-whisper-int8"), results.get("torch-fp32")
+    summary: dict[str, Any] = {
+        "model": asr.model, "default_variant": default, "threads": asr.threads,
+        "padding": {"policy": padding.policy, "bucket_s": padding.bucket_s, "margin_s": padding.margin_s},
+        "clips": len(clips), "audio_s": sum(len(a) for a in audio) / 16000, "repeats": args.repeats,
+        "engines": {k: {x: y for x, y in v.items() if x != "texts"} for k, v in results.items()},
+        "ratio": ours["total_s"] / fw["total_s"] if ours and fw else None,
+        "torch_ratio": ours["total_s"] / pt["total_s"] if ours and pt else None,
+        "wer_drift_vs_full30s": (ours["wer"] - results[f"ours-{default}-full30s"]["wer"]) if ours else None,
+        "per_variant": {v: _versus(results[f"ours-{v}"], fw, pt) for v in wanted},
+        "machine": machine(),
+    }
+    if default_model is not None:
+        summary["latency"] = latency(default_model, ctx, audio)
+    summary["vad"] = vad_compare(ctx, audio)
+    summary["rss"] = None if args.no_rss else peak_rss(args, clips[0].path)
+    summary["peak_rss_mb"] = summary["rss"]["peak_rss_mb"] if summary["rss"] else None
+    emit(summary, _lines(summary, results), args.json)
+    return 0
+
+
+def _versus(ours: dict[str, Any], fw: dict[str, Any] | None, pt: dict[str, Any] | None) -> dict[str, Any]:
+    """One variant against the references: time ratios, and whether its WER is at least as good."""
+    return {
+        "ratio": ours["total_s"] / fw["total_s"] if fw else None,
+        "torch_ratio": ours["total_s"] / pt["total_s"] if pt else None,
+        "wer": ours["wer"],
+        "wer_le_faster_whisper": ours["wer"] <= fw["wer"] if fw else None,
+    }
+
+
+def _lines(summary: dict[str, Any], results: dict[str, Any]) -> list[str]:
+    lines = [f"{summary['clips']} clips, {summary['audio_s']:.1f} s of speech, {summary['threads']} threads, "
+             f"padding {summary['padding']['policy']}"]
+    for name, r in results.items():
+        lines.append(f"  {name:<24} total {r['total_s']:7.3f} s  RTF {r['rtf']:.3f}  "
+                     f"median/clip {r['median_clip_s'] * 1000:6.1f} ms  WER {r['wer']:.3f}")
+    if summary["ratio"] is not None:
+        lines.append(f"ratio (ours {summary['default_variant']} / faster-whisper int8): "
+                     f"{summary['ratio']:.3f}")
+    if summary["torch_ratio"] is not None:
+        lines.append(f"torch_ratio (ours / PyTorch fp32): {summary['torch_ratio']:.3f}")
+    for variant, v in summary["per_variant"].items():
+        if v["ratio"] is not None:
+            same = "WER <= faster-whisper" if v["wer_le_faster_whisper"] else "WER above faster-whisper"
+            lines.append(f"  {variant:<12} ratio {v['ratio']:.3f}  ({same})")
+    if summary["wer_drift_vs_full30s"] is not None:
+        lines.append(f"WER drift, bucket padding vs 30 s: {summary['wer_drift_vs_full30s']:+.3f}")
+    lat = summary.get("latency")
+    if lat:
+        lines.append(f"end of speech -> transcript: median {lat['median_s']:.3f} s, p90 {lat['p90_s']:.3f} s "
+                     f"(hangover {lat['hangover_s']:.2f} s + ASR {lat['asr_median_s']:.3f} s)")
+    for name in ("webrtc", "silero"):
+        v = summary["vad"].get(name)
+        if v:
+            expected = summary["vad"]["expected_utterances"]
+            lines.append(f"vad {name:<7} {v['utterances']}/{expected} utterances, "
+                         f"{v['us_per_frame']:.1f} us/frame, {v['noise_utterances']} on 5 s of noise")
+    if summary["peak_rss_mb"] is not None:
+        lines.append(f"peak RSS with VAD + ASR + voice: {summary['peak_rss_mb']:.0f} MB")
+    return lines

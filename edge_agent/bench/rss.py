@@ -1,0 +1,62 @@
+"""Peak memory of a listening device: VAD + Whisper + the local voice loaded and used once.
+
+Run as its own process (`python -m edge_agent.bench.rss CLIP.wav [--config F] [--set K=V]`)
+so nothing the benchmark itself loaded counts; prints one JSON object with the
+peak resident set (VmHWM) after each stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+from pathlib import Path
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process, in MB (VmHWM, else getrusage)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main(argv: list[str] | None = None) -> int:
+    from edge_agent.cli import common_options
+
+    parser = argparse.ArgumentParser(parents=[common_options()])
+    parser.add_argument("clip", type=Path)
+    args = parser.parse_args(argv)
+    stages: dict[str, float] = {"python": peak_rss_mb()}
+
+    from edge_agent.asr.listener import Listener, Transcriber
+    from edge_agent.asr.whisper import WhisperOnnx
+    from edge_agent.audio.sources import WavFileSource
+    from edge_agent.commands.context import Context
+    from edge_agent.tts.registry import VoiceRegistry
+    from edge_agent.tts.voice import synthesize
+    from edge_agent.vad import make_segmenter
+
+    ctx = Context(args)
+    settings = ctx.settings
+    segmenter = make_segmenter(settings.vad, ctx.store)
+    model = WhisperOnnx.from_settings(settings.asr, settings.models)
+    voices = VoiceRegistry(ctx.store, settings.tts)
+    voice = voices.get(settings.tts.voice)
+    stages["loaded"] = peak_rss_mb()
+    listener = Listener(WavFileSource(args.clip), segmenter, Transcriber(model, settings.asr))
+    transcripts = [t.text for t in listener]
+    stages["transcribed"] = peak_rss_mb()
+    samples = sum(len(c.samples) for c in synthesize(voice, "The front door is open. Please close it."))
+    stages["spoke"] = peak_rss_mb()
+    print(json.dumps({"peak_rss_mb": max(stages.values()), "stages": stages, "transcripts": transcripts,
+                      "spoken_samples": samples, "vad": settings.vad.engine, "variant": model.variant}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""`edge-agent transcribe FILE.wav [--json]`: VAD + Whisper over a file, one line per utterance."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from edge_agent.asr.listener import build_listener
+from edge_agent.audio.sources import AudioSource, WavFileSource, open_pcm_stdin
+from edge_agent.commands.context import Context
+from edge_agent.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+             common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "transcribe", parents=[common], help="transcribe the speech in a WAV file",
+        description="Find the utterances in FILE with the VAD and transcribe each with Whisper. "
+                    "FILE is a PCM WAV file (any rate, any channels) or '-' for raw 16-bit "
+                    "little-endian PCM on stdin (see --rate, --channels).")
+    p.add_argument("file", metavar="FILE.wav")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per line: {\"text\", \"start\", \"end\"} (seconds)")
+    p.add_argument("--rate", type=int, default=16000, help="sample rate of raw PCM on stdin (Hz)")
+    p.add_argument("--channels", type=int, default=1, help="channels of raw PCM on stdin")
+    p.set_defaults(handler=run)
+
+
+def open_source(args: argparse.Namespace) -> AudioSource:
+    if args.file == "-":
+        return open_pcm_stdin(args.rate, args.channels)
+    path = Path(args.file)
+    if path.is_dir():
+        raise UsageError(f"{path}: is a directory")
+    return WavFileSource(path)
+
+
+def format_line(text: str, start: float, end: float) -> str:
+    return f"[{start:7.2f} -> {end:7.2f}] {text}"
+
+
+def run(args: argparse.Namespace) -> int:
+    ctx = Context(args)
+    settings = ctx.settings
+    source = open_source(args)  # bad input fails here, before any model is loaded
+    try:
+        listener = build_listener(settings, ctx.store, source)
+    except BaseException:
+        source.close()
+        raise
+    for transcript in listener:
+        if args.json:
+            print(json.dumps(transcript.to_json(), ensure_ascii=False), flush=True)
+        else:
+            print(format_line(transcript.text, transcript.start, transcript.end), flush=True)
+    stats = listener.stats
+    log.info("%.1f s of audio: %d utterances, %d transcribed", stats.audio_s, stats.utterances,
+             stats.transcripts)
+    if stats.utterances == 0:
+        log.warning("no speech found in %.1f s of audio", stats.audio_s)
+    return 0

@@ -1,0 +1,26 @@
+"""Voice activity detection: frame classifiers (webrtcvad, Silero) and the utterance segmenter."""
+
+from __future__ import annotations
+
+from edge_agent.config import VadSettings
+from edge_agent.models.store import ModelStore
+from edge_agent.vad.classifiers import FrameClassifier, SileroClassifier, WebRtcClassifier
+from edge_agent.vad.segmenter import Segmenter, SegmenterStats, Utterance
+
+SILERO_MODEL = "silero-vad"
+"""Catalog id of the Silero VAD ONNX model."""
+
+__all__ = ["FrameClassifier", "Segmenter", "SegmenterStats", "SileroClassifier", "Utterance",
+           "WebRtcClassifier", "make_classifier", "make_segmenter"]
+
+
+def make_classifier(settings: VadSettings, store: ModelStore) -> FrameClassifier:
+    """The configured engine; Silero's model comes from the store (never from `silero_vad`)."""
+    if settings.engine == "silero":
+        files = store.require(SILERO_MODEL)
+        return SileroClassifier.load(files.path("silero_vad.onnx"), settings.silero_threshold)
+    return WebRtcClassifier(settings.aggressiveness, settings.frame_ms)
+
+
+def make_segmenter(settings: VadSettings, store: ModelStore) -> Segmenter:
+    return Segmenter(make_classifier(settings, store), settings)

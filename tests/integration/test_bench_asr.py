@@ -1,0 +1,34 @@
+"""`edge-agent bench asr` runs end to end and reports what the issue asks for (no thresholds here)."""
+
+import json
+
+import pytest
+from speech_fixtures import run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_bench_asr_reports_ratios_wer_latency_vad_and_peak_rss(whisper_dir):
+    result = run_cli("bench", "asr", "--json", "--clips", "2", "--voices", "espeak", "--repeats", "1",
+                     "--variants", "int8", "--set", f"asr.model={whisper_dir}", timeout=900)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    engines = report["engines"]
+    assert {"ours-int8", "ours-int8-full30s"} <= set(engines)
+    assert report["clips"] == 2 and 0 < engines["ours-int8"]["rtf"] < 5
+    assert 0 <= engines["ours-int8"]["wer"] <= 0.5
+    if "faster-whisper-int8" in engines:
+        assert report["ratio"] == pytest.approx(
+            engines["ours-int8"]["total_s"] / engines["faster-whisper-int8"]["total_s"])
+    if "torch-fp32" in engines:
+        assert report["torch_ratio"] > 0
+    assert report["latency"]["utterances"] == 2 and report["latency"]["median_s"] >= 0.5
+    assert report["vad"]["webrtc"]["utterances"] == 2
+    assert report["vad"]["silero"]["utterances"] == 2
+    assert report["peak_rss_mb"] > 50
+    assert report["rss"]["transcripts"]
+
+
+def test_bench_asr_refuses_a_variant_that_was_not_exported(whisper_dir):
+    result = run_cli("bench", "asr", "--variants", "int4", "--set", f"asr.model={whisper_dir}")
+    assert result.returncode == 2 and "int4 not exported" in result.stderr

@@ -1,0 +1,123 @@
+"""Fixtures for the listening side: speech clips with known text, noise, the exported Whisper.
+
+Imported by the conftest of each test folder that needs them. Clips are synthesized
+once (espeak-ng and our Piper voice) and kept in the shared test cache.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_agent.bench.clips import COMMANDS, Clip, clips_dir, make_clips
+
+RATE = 16000
+WHISPER_SOURCE = "whisper-tiny.en"
+
+
+def write_wav(path: Path, samples: np.ndarray, rate: int = RATE, channels: int = 1, width: int = 2) -> Path:
+    """Write float samples ([n] or [n, channels]) as integer PCM."""
+    data = np.asarray(samples, dtype=np.float64)
+    if data.ndim == 1 and channels > 1:
+        data = np.repeat(data[:, None], channels, axis=1)
+    scale = {1: 127, 2: 32767, 4: 2**31 - 1}[width]
+    ints = np.round(np.clip(data, -1, 1) * scale)
+    if width == 1:
+        raw = (ints + 128).astype(np.uint8).tobytes()
+    else:
+        raw = ints.astype({2: "<i2", 4: "<i4"}[width]).tobytes()
+    with wave.open(str(path), "wb") as wav:
+        wav.setnchannels(channels)
+        wav.setsampwidth(width)
+        wav.setframerate(rate)
+        wav.writeframes(raw)
+    return path
+
+
+def run_cli(*args: str, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run `edge-agent` in a subprocess, as a user would."""
+    return subprocess.run([sys.executable, "-m", "edge_agent", *args], input=stdin, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def silence(seconds: float) -> np.ndarray:
+    return np.zeros(round(seconds * RATE), dtype=np.float32)
+
+
+def noise(seconds: float, level: float, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0, level, round(seconds * RATE)).astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def clip_cache(shared_cache: Path) -> Path:
+    return clips_dir(shared_cache)
+
+
+@pytest.fixture(scope="session")
+def espeak_clips(clip_cache: Path) -> list[Clip]:
+    return make_clips(clip_cache, COMMANDS, ["espeak"])
+
+
+@pytest.fixture(scope="session")
+def piper_voice(shared_cache: Path):
+    from edge_agent.config import TtsSettings
+    from edge_agent.models import ModelStore, load_catalog
+    from edge_agent.tts.registry import VoiceRegistry
+
+    registry = VoiceRegistry(ModelStore(shared_cache, load_catalog()), TtsSettings(threads=2))
+    yield registry.get("en_US-joe-medium")
+    registry.close()
+
+
+@pytest.fixture(scope="session")
+def piper_clips(clip_cache: Path, piper_voice) -> list[Clip]:
+    return make_clips(clip_cache, COMMANDS, ["piper"], piper_voice)
+
+
+@pytest.fixture(scope="session")
+def silero_model(shared_cache: Path) -> Path:
+    from edge_agent.models import ModelStore, load_catalog
+
+    store = ModelStore(shared_cache, load_catalog())
+    return store.fetch("silero-vad").path("silero_vad.onnx")
+
+
+@pytest.fixture(scope="session")
+def whisper_dir(shared_cache: Path) -> Path:
+    """whisper-tiny.en exported by the exporter into the shared test cache.
+
+    The same directory and variants as the exporter's own tests use, so one run of
+    the suite exports it at most once (and not at all while the source is unchanged).
+    """
+    env = os.environ.get("EDGE_SPEECH_TEST_WHISPER")
+    if env:
+        return Path(env)
+    pytest.importorskip("torch", reason="exporting Whisper needs the export extra")
+    from edge_agent.models import ModelStore, load_catalog
+    from exporters.clips import clip_set
+    from exporters.progress import Progress
+    from exporters.whisper.pipeline import ExportOptions, export_whisper, resolve_source, up_to_date
+
+    store = ModelStore(shared_cache, load_catalog())
+    progress = Progress(quiet=True)
+    source = resolve_source(WHISPER_SOURCE, store, progress)
+    out = shared_cache / "exported-tests" / f"tiny.en-{source.sha256[:16]}"
+    options = ExportOptions(variants=("fp32", "int8", "fp16"))
+    if not up_to_date(out, source, options):
+        export_whisper(source, out, clip_set(shared_cache, store), options, progress)
+    return out
+
+
+@pytest.fixture(scope="session")
+def whisper(whisper_dir: Path):
+    from edge_agent.asr.whisper import WhisperOnnx
+
+    model = WhisperOnnx.load(whisper_dir, threads=2)
+    yield model
+    model.close()

@@ -1,0 +1,176 @@
+import io
+import wave
+
+import numpy as np
+import pytest
+from speech_fixtures import RATE, write_wav
+
+from edge_agent.audio.sinks import AudioUnavailable
+from edge_agent.audio.sources import TARGET_RATE, PcmStreamSource, SoundDeviceSource, WavFileSource
+from edge_agent.errors import AudioError
+
+
+def tone(freq: float, seconds: float, rate: int) -> np.ndarray:
+    t = np.arange(round(seconds * rate)) / rate
+    return (0.5 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+
+
+def read_all(source) -> np.ndarray:
+    return np.concatenate(list(source.blocks()))
+
+
+def dominant_frequency(x: np.ndarray, rate: int) -> float:
+    spectrum = np.abs(np.fft.rfft(x * np.hanning(len(x))))
+    return float(np.argmax(spectrum) * rate / len(x))
+
+
+@pytest.mark.parametrize("rate", [8000, 22050, 44100, 48000])
+@pytest.mark.parametrize("channels", [1, 2])
+def test_any_rate_and_channel_count_becomes_16k_mono(tmp_path, rate, channels):
+    path = write_wav(tmp_path / "in.wav", tone(440, 2.0, rate), rate, channels)
+    out = read_all(WavFileSource(path, block_s=0.1))
+    assert out.dtype == np.float32 and out.ndim == 1
+    assert abs(len(out) - 2 * TARGET_RATE) <= 2
+    assert dominant_frequency(out, TARGET_RATE) == pytest.approx(440, abs=2)
+    assert np.max(np.abs(out)) == pytest.approx(0.5, abs=0.02)
+
+
+def test_stereo_channels_are_averaged(tmp_path):
+    left = tone(300, 1.0, RATE)
+    stereo = np.stack([left, np.zeros_like(left)], axis=1)
+    out = read_all(WavFileSource(write_wav(tmp_path / "st.wav", stereo, RATE, 2)))
+    np.testing.assert_allclose(out, left / 2, atol=1e-4)
+
+
+@pytest.mark.parametrize("width", [1, 2, 4])
+def test_sample_widths_decode_to_the_same_signal(tmp_path, width):
+    signal = tone(200, 0.5, RATE)
+    out = read_all(WavFileSource(write_wav(tmp_path / "w.wav", signal, RATE, 1, width)))
+    np.testing.assert_allclose(out, signal, atol=0.02 if width == 1 else 1e-4)
+
+
+def test_blocks_are_the_requested_length_until_the_end(tmp_path):
+    path = write_wav(tmp_path / "b.wav", tone(100, 1.05, RATE), RATE)
+    sizes = [len(b) for b in WavFileSource(path, block_s=0.25).blocks()]
+    assert sizes[:4] == [4000] * 4 and sum(sizes) == 16800
+
+
+def test_truncated_wav_is_refused_before_reading(tmp_path):
+    path = write_wav(tmp_path / "t.wav", tone(100, 1.0, RATE), RATE)
+    path.write_bytes(path.read_bytes()[:5000])
+    with pytest.raises(AudioError, match="truncated"):
+        WavFileSource(path)
+
+
+@pytest.mark.parametrize(("content", "reason"), [
+    (b"", "empty file"),
+    (b"hello", "too short"),
+    (b"ID3\x04" + bytes(200), "RIFF"),
+])
+def test_non_wav_input_is_named(tmp_path, content, reason):
+    path = tmp_path / "x.wav"
+    path.write_bytes(content)
+    with pytest.raises(AudioError, match=f"not a PCM WAV file .*{reason}"):
+        WavFileSource(path)
+
+
+def test_wav_without_frames_is_empty_input(tmp_path):
+    path = write_wav(tmp_path / "e.wav", np.zeros(0), RATE)
+    with pytest.raises(AudioError, match="contains no audio"):
+        WavFileSource(path)
+
+
+@pytest.mark.parametrize("rate", [100, 1_000_000])
+def test_implausible_sample_rate_is_refused(tmp_path, rate):
+    path = tmp_path / "r.wav"
+    with wave.open(str(path), "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(rate)
+        wav.writeframes(bytes(4000))
+    with pytest.raises(AudioError, match=r"sample rate .* is outside"):
+        WavFileSource(path)
+
+
+def test_missing_file_and_directory_are_named(tmp_path):
+    with pytest.raises(AudioError, match="no such file"):
+        WavFileSource(tmp_path / "nope.wav")
+    with pytest.raises(AudioError, match="is a directory"):
+        WavFileSource(tmp_path)
+
+
+def test_raw_pcm_stream_is_converted_and_a_partial_frame_ignored():
+    signal = tone(440, 1.0, 48000)
+    stereo = np.repeat(signal[:, None], 2, axis=1)
+    raw = (stereo * 32767).astype("<i2").tobytes() + b"\x01"
+    out = read_all(PcmStreamSource(io.BytesIO(raw), rate=48000, channels=2))
+    assert abs(len(out) - TARGET_RATE) <= 2
+    assert dominant_frequency(out, TARGET_RATE) == pytest.approx(440, abs=2)
+
+
+def test_empty_raw_stream_is_an_error():
+    with pytest.raises(AudioError, match="no audio"):
+        list(PcmStreamSource(io.BytesIO(b"")).blocks())
+
+
+def test_raw_stream_with_a_bad_rate_is_refused():
+    with pytest.raises(AudioError, match="sample rate 10 Hz"):
+        PcmStreamSource(io.BytesIO(b""), rate=10)
+
+
+def test_microphone_without_portaudio_or_device_is_a_clear_error():
+    try:
+        import sounddevice  # noqa: F401
+    except OSError:
+        pass
+    else:
+        pytest.skip("PortAudio is installed here; the no-library path cannot be shown")
+    with pytest.raises(AudioUnavailable, match="PortAudio is not installed"):
+        SoundDeviceSource()
+
+
+def riff(fmt_tag, channels, rate, bits, data, extra_chunks=b"", extensible_tag=None, data_size=None):
+    """A WAV file built by hand: any format tag, optional WAVE_FORMAT_EXTENSIBLE, extra chunks."""
+    import struct
+
+    align = channels * bits // 8
+    fmt = struct.pack("<HHIIHH", fmt_tag, channels, rate, rate * align, align, bits)
+    if extensible_tag is not None:
+        guid_tail = b"\x00\x00\x00\x00\x10\x00\x80\x00\x00\xaa\x00\x38\x9b\x71"
+        fmt += struct.pack("<HHI", 22, bits, 0) + struct.pack("<H", extensible_tag) + guid_tail
+    size = len(data) if data_size is None else data_size
+    body = (b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + extra_chunks
+            + b"data" + struct.pack("<I", size) + data)
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def test_float_wav_is_read(tmp_path):
+    signal = tone(440, 1.0, RATE)
+    path = tmp_path / "f.wav"
+    path.write_bytes(riff(3, 1, RATE, 32, signal.astype("<f4").tobytes()))
+    np.testing.assert_allclose(read_all(WavFileSource(path)), signal, atol=1e-6)
+
+
+def test_extensible_24_bit_four_channel_wav_with_extra_chunks_is_read(tmp_path):
+    signal = tone(440, 1.0, 48000)
+    ints = np.round(np.repeat(signal[:, None], 4, axis=1) * (2**23 - 1)).astype("<i4")
+    data = b"".join(int(v).to_bytes(4, "little", signed=True)[:3] for v in ints.reshape(-1))
+    listing = b"LIST" + (5).to_bytes(4, "little") + b"INFOx\x00"  # odd size: padded
+    path = tmp_path / "x.wav"
+    path.write_bytes(riff(0xFFFE, 4, 48000, 24, data, listing, extensible_tag=1))
+    out = read_all(WavFileSource(path))
+    assert abs(len(out) - RATE) <= 2 and dominant_frequency(out, RATE) == pytest.approx(440, abs=2)
+
+
+def test_streamed_wav_with_unknown_data_size_reads_to_the_end(tmp_path):
+    signal = tone(300, 0.5, RATE)
+    path = tmp_path / "s.wav"
+    path.write_bytes(riff(1, 1, RATE, 16, (signal * 32767).astype("<i2").tobytes(), data_size=0xFFFFFFFF))
+    assert len(read_all(WavFileSource(path))) == len(signal)
+
+
+def test_compressed_wav_is_named_as_such(tmp_path):
+    path = tmp_path / "mp3.wav"
+    path.write_bytes(riff(0x55, 1, RATE, 16, bytes(1000)))
+    with pytest.raises(AudioError, match="format tag 0x55; compressed audio"):
+        WavFileSource(path)
