@@ -106,7 +106,9 @@ def quantize_int8_matmul(src: Path, dst: Path) -> None:
         raise UsageError(f"{src}: no MatMul/Gemm with constant weights: nothing to quantize")
     quantize_dynamic(model, dst, op_types_to_quantize=["MatMul", "Gemm", "Gather"],
                      nodes_to_quantize=nodes + embeddings, weight_type=QuantType.QInt8,
-                     per_channel=False)
+                     # One scale per output channel: per-tensor scales cost tiny.en ~3 WER
+                     # points on short commands for no measurable speed gain.
+                     per_channel=True)
 
 
 def quantize_int8_all(src: Path, dst: Path) -> None:

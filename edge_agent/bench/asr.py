@@ -127,12 +127,10 @@ def _faster_whisper(ct2_dir: Path, threads: int) -> Transcribe | None:
 
 def _torch(ct2_dir: Path, threads: int) -> Transcribe | None:
     try:  # the exporter's PyTorch reference, only where the export extra is installed
-        import torch
-
-        from exporters.whisper.reference import Reference, load_model
+        from exporters.whisper.reference import Reference, load_model, set_threads
     except ImportError:
         return None
-    torch.set_num_threads(threads)
+    set_threads(threads)
     ref = Reference(load_model(ct2_dir))
     return lambda audio: ref.transcribe(audio).text
 

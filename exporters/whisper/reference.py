@@ -45,6 +45,11 @@ Float32 = np.ndarray
 # -- loading ----------------------------------------------------------------------------------
 
 
+def set_threads(threads: int) -> None:
+    """Intra-op threads for the PyTorch reference (compare like with like)."""
+    torch.set_num_threads(threads)
+
+
 def load_model(path: Path) -> Whisper:
     """A float32 Whisper in eval mode from a CTranslate2 directory or an openai-whisper `.pt` file."""
     path = path.expanduser()
