@@ -73,6 +73,8 @@ class AudioSettings:
     """Output gain, 0..1."""
     input_device: str | None = None
     """PortAudio input device name or index; None is the system default."""
+    input_file: Path | None = None
+    """Listen to this WAV file instead of the microphone (replaying recordings, testing)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.volume <= 1.0:

@@ -88,9 +88,21 @@ def routed_synthesizer(settings: Settings) -> Synthesizer:
     return make_synthesizer(settings, store)
 
 
-def no_listener(settings: Settings) -> Listener | None:
-    """No ASR component in this build: the daemon announces but does not listen."""
-    return None
+def asr_listener(settings: Settings) -> Listener | None:
+    """Microphone -> VAD -> Whisper, when an exported ASR model is present (None otherwise).
+
+    A missing microphone is an `AudioError`, a broken export a `ModelError`: both
+    leave the daemon announcing without listening, with the reason logged once.
+    """
+    from edge_agent.asr.listener import build_listener
+    from edge_agent.asr.whisper import resolve_export_dir
+    from edge_agent.audio.sources import WavFileSource
+
+    if not (resolve_export_dir(settings.asr, settings.models) / "manifest.json").is_file():
+        return None
+    store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
+    path = settings.audio.input_file
+    return build_listener(settings, store, WavFileSource(path) if path is not None else None)
 
 
 @dataclass(frozen=True)
@@ -109,7 +121,7 @@ class Daemon:
 
     def __init__(self, source: SettingsSource, *,
                  synthesizer_factory: SynthesizerFactory = routed_synthesizer,
-                 listener_factory: ListenerFactory = no_listener,
+                 listener_factory: ListenerFactory = asr_listener,
                  opener_factory: Callable[[Settings], SinkOpener] | None = None) -> None:
         self.source = source
         self.base = source.build()
@@ -168,6 +180,8 @@ class Daemon:
                  asyncio.create_task(self._fleet_worker(), name="fleet")]
         if self.settings.daemon.metrics_s > 0:
             tasks.append(asyncio.create_task(self._metrics(), name="metrics"))
+        if self.settings.tts.idle_unload_s > 0:
+            tasks.append(asyncio.create_task(self._unload_idle_voices(), name="unload-idle"))
         log.info("running")
         await self._stop_event.wait()
         log.info("stopping")
@@ -257,6 +271,15 @@ class Daemon:
             await asyncio.sleep(self.settings.mqtt.heartbeat_s)
             if self.bridge is not None and self.bridge.connected:
                 self._publish(self._status_message("online"))
+
+    async def _unload_idle_voices(self) -> None:
+        """Give memory back when no announcement has needed a voice for `tts.idle_unload_s`."""
+        period = max(1.0, self.settings.tts.idle_unload_s / 4)
+        while True:
+            await asyncio.sleep(period)
+            unload = getattr(self.synth, "unload_idle", None)
+            if unload is not None and not self.announcements.busy.is_set():
+                await asyncio.to_thread(unload)
 
     async def _metrics(self) -> None:
         while True:

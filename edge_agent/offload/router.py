@@ -45,6 +45,10 @@ class SynthRouter:
     def remote_enabled(self) -> bool:
         return self.client is not None and self.settings.policy != "local"
 
+    def unload_idle(self) -> list[str]:
+        """Free local voices unused for `tts.idle_unload_s`."""
+        return self.local.unload_idle()
+
     def sample_rate(self, voice: str | None = None) -> int:
         """Rate of every chunk `stream` yields for `voice` (the local voice's rate)."""
         return self._local_voice(voice).sample_rate

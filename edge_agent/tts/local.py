@@ -19,6 +19,10 @@ class LocalSynthesizer:
     def sample_rate(self, voice: str | None = None) -> int:
         return self.voices.get(voice or self.settings.voice).sample_rate
 
+    def unload_idle(self) -> list[str]:
+        """Free voices unused for `tts.idle_unload_s`."""
+        return self.voices.unload_idle()
+
     def stream(self, text: str, voice: str | None = None) -> Iterator[AudioChunk]:
         loaded = self.voices.get(voice or self.settings.voice)
         return synthesize(loaded, text, self.settings.sentence_silence_s)

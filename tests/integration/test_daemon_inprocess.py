@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from edge_agent.daemon import Daemon, SettingsSource
+from edge_agent.daemon import Daemon, SettingsSource, local_synthesizer
 from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, signed, wait_until
 
 
@@ -38,11 +38,11 @@ class ScriptedListener:
 
 
 class Running:
-    def __init__(self, tmp_path, broker, **factories):
+    def __init__(self, tmp_path, broker, overrides=None, **factories):
         # The group comes from the file: a command-line --group would outrank the fleet layer.
         config = device_config(tmp_path / "device.yaml", tmp_path, device={"group": "kitchen"})
         source = SettingsSource(config, {"mqtt.broker": broker.url, "device.id": "dev1",
-                                         "daemon.out_dir": str(tmp_path / "out")})
+                                         "daemon.out_dir": str(tmp_path / "out"), **(overrides or {})})
         self.daemon = Daemon(source, **factories)
         self.thread = threading.Thread(target=lambda: asyncio.run(self.daemon.run()), daemon=True)
         self.thread.start()
@@ -118,6 +118,22 @@ def test_a_voice_that_fails_its_health_check_is_rolled_back_and_the_old_one_keep
         assert running.daemon.synth is old  # the failed voice never replaced it
         producer.publish("edge/dev1/announce", {"id": "still", "text": "Still here."})
         watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "still" and d["state"] == "done")
+    finally:
+        producer.close()
+        running.stop()
+
+
+def test_an_idle_voice_is_unloaded_and_comes_back_for_the_next_announcement(tmp_path, broker, watcher):
+    running = Running(tmp_path, broker, {"tts.idle_unload_s": 1.0}, synthesizer_factory=local_synthesizer)
+    producer = Producer(broker.url)
+    voices = running.daemon.synth.voices
+    try:
+        producer.publish("edge/dev1/announce", {"id": "a1", "text": "First."})
+        watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "a1" and d["state"] == "done")
+        wait_until(lambda: voices.loaded() == [], timeout=10, what="the idle voice to be unloaded")
+        producer.publish("edge/dev1/announce", {"id": "a2", "text": "Second."})
+        watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "a2" and d["state"] == "done")
+        assert (tmp_path / "out" / "a2.wav").stat().st_size > 1000
     finally:
         producer.close()
         running.stop()
