@@ -45,16 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def run_handler(prog: str, args: argparse.Namespace) -> int:
+    """Run the chosen verb; turn an `EdgeError` into one line on stderr and exit code 2."""
     setup_logging(verbosity=args.verbose)
-    log = logging.getLogger("edge_agent")
+    log = logging.getLogger(prog)
     try:
         code: int = args.handler(args)
         return code
     except EdgeError as exc:
-        print(f"edge-agent: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -63,3 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:
         log.exception("internal error")
         return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_handler("edge-agent", build_parser().parse_args(argv))

@@ -6,16 +6,12 @@ Exit codes: 0 ok, 2 bad usage or bad input (one line on stderr), 1 internal fail
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from edge_agent.cli import common_options
+from edge_agent.cli import common_options, run_handler
 from edge_agent.commands.context import Context
-from edge_agent.errors import EdgeError, ModelError
-from edge_agent.logs import setup_logging
+from edge_agent.errors import ModelError
 from exporters.progress import Progress
 
 
@@ -135,18 +131,4 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args: Any = parser.parse_args(argv)
-    setup_logging(verbosity=args.verbose)
-    log = logging.getLogger("exporters")
-    try:
-        code: int = args.handler(args)
-        return code
-    except EdgeError as exc:
-        print(f"edge-export: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except Exception:
-        log.exception("internal error")
-        return 1
+    return run_handler("edge-export", build_parser().parse_args(argv))

@@ -28,14 +28,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from edge_agent.errors import ConfigError, EdgeError
+from edge_agent.models.catalog import MODEL_ID_PATTERN, SHA256_PATTERN
 from edge_agent.safeyaml import YamlLimits, load_yaml
 
 FIELDS = ("version", "target", "issued_at", "expires_at", "config", "models", "signature")
 _TARGET = re.compile(r"^(all|device:[^/+#\s\x00]+|group:[^/+#\s\x00]+)$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-MAX_DEPTH = 32
-MAX_NODES = 100_000
+MAX_DEPTH = YamlLimits.max_depth
+MAX_NODES = YamlLimits.max_nodes
 
 
 class FleetRejected(EdgeError):
@@ -244,7 +243,7 @@ def _model(doc: Any, index: int, version: int) -> ModelSpec:
     if not isinstance(doc, dict):
         raise reject("must be a mapping")
     model_id = doc.get("id")
-    if not isinstance(model_id, str) or not _MODEL_ID.match(model_id):
+    if not isinstance(model_id, str) or not MODEL_ID_PATTERN.match(model_id):
         raise reject("'id' must be a model id (letters, digits, ._-)")
     url = doc.get("url")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
@@ -265,7 +264,7 @@ def _model(doc: Any, index: int, version: int) -> ModelSpec:
         name, sha, size = f.get("name"), f.get("sha256"), f.get("size")
         if not isinstance(name, str) or not name or "/" in name or name.startswith(".") or "\\" in name:
             raise reject(f"files[{j}]: 'name' must be a plain file name")
-        if not isinstance(sha, str) or not _SHA256.match(sha):
+        if not isinstance(sha, str) or not SHA256_PATTERN.match(sha):
             raise reject(f"files[{j}]: 'sha256' must be 64 lowercase hex digits")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise reject(f"files[{j}]: 'size' must be a byte count")

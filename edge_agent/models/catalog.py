@@ -13,8 +13,10 @@ from edge_agent.config import build
 from edge_agent.errors import ConfigError, ModelError
 from edge_agent.safeyaml import load_yaml, load_yaml_file
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+"""A sha256 as the catalog, manifests and fleet configs write it."""
+MODEL_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+"""A model id: also a directory name in the model cache."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class ModelFile:
     def __post_init__(self) -> None:
         if "/" in self.name or self.name.startswith("."):
             raise ValueError(f"name: {self.name!r} must be a plain file name")
-        if not _SHA256.match(self.sha256):
+        if not SHA256_PATTERN.match(self.sha256):
             raise ValueError(f"sha256: {self.sha256!r} is not 64 lowercase hex digits")
         if self.size < 0:
             raise ValueError(f"size: {self.size} is negative")
@@ -71,7 +73,7 @@ class CatalogEntry:
     """Free-form runtime hints (e.g. a voice's default speaker)."""
 
     def __post_init__(self) -> None:
-        if not _ID.match(self.id):
+        if not MODEL_ID_PATTERN.match(self.id):
             raise ValueError(f"id: {self.id!r} is not a valid model id")
         if not self.files:
             raise ValueError("files: a model needs at least one file")

@@ -24,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO
 
+from edge_agent.atomic import atomic_write, fsync_dir
 from edge_agent.errors import ModelError
 from edge_agent.models.catalog import Catalog, CatalogEntry, ModelFile
 
@@ -56,14 +57,6 @@ def sha256_file(path: Path) -> str:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ModelStore:
@@ -296,9 +289,6 @@ def _read_stamps(path: Path) -> dict[str, list[object]]:
 
 def _write_stamps(path: Path, stamps: dict[str, list[object]]) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(stamps, indent=1))
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(stamps, indent=1).encode())
     except OSError as exc:  # a read-only cache only costs a rehash next time
         log.debug("cannot record verification stamp %s: %s", path, exc)
