@@ -156,6 +156,8 @@ class Bridge:
         self._subscribed: set[str] = set(self._load_subscribed())
         self._subs_dirty = False
         self._unacked: set[int] = set()
+        self._pending_subs: set[int] = set()
+        self._subs_acked = threading.Event()
         self._drop = False
         self._final: list[Message] = []
         self._stop_deadline = 0.0
@@ -175,6 +177,19 @@ class Bridge:
 
     def wait_connected(self, timeout: float) -> bool:
         return self._connected.wait(timeout)
+
+    def wait_subscribed(self, timeout: float) -> bool:
+        """Wait until the broker has acknowledged the current subscriptions."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if not self._connected.wait(max(0.0, remaining)) or remaining <= 0:
+                return False
+            with self._lock:
+                done = not self._subs_dirty and not self._pending_subs
+            if done and self._subs_acked.wait(0):
+                return True
+            self._subs_acked.wait(min(0.05, max(0.0, remaining)))
 
     def publish(self, message: Message) -> None:
         """Queue `message`; the network thread sends it as soon as the broker is reachable."""
@@ -294,6 +309,10 @@ class Bridge:
         failed = [str(r) for r in reasons if getattr(r, "is_failure", False)]
         if failed:
             log.error("broker refused a subscription: %s", ", ".join(failed))
+        with self._lock:
+            self._pending_subs.discard(mid)
+            if not self._pending_subs:
+                self._subs_acked.set()
 
     # -- network thread ------------------------------------------------------------------
 
@@ -401,6 +420,10 @@ class Bridge:
                 return
             self._subs_dirty = False
             desired = self._desired
+            if desired:
+                self._subs_acked.clear()
+            else:
+                self._subs_acked.set()
         stale = sorted(self._subscribed - set(desired))
         if stale:
             self._client.unsubscribe(stale)
@@ -409,7 +432,10 @@ class Bridge:
             # Retained messages (configs) only for new subscriptions: after a resumed
             # session they were delivered already.
             opts = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_SEND_IF_NEW_SUB)
-            self._client.subscribe([(t, opts) for t in desired])
+            rc, mid = self._client.subscribe([(t, opts) for t in desired])
+            if rc == MQTTErrorCode.MQTT_ERR_SUCCESS and mid is not None:
+                with self._lock:
+                    self._pending_subs.add(mid)
         if set(desired) != self._subscribed:
             self._subscribed = set(desired)
             self._save_subscribed()
