@@ -95,6 +95,8 @@ class TtsSettings:
     """Silence inserted between sentences."""
     length_scale: float | None = None
     """Speaking rate override (larger is slower); None uses the voice's own."""
+    stream_vocoder: bool = True
+    """Split Piper voices at the latent and decode the vocoder in windows (first audio sooner)."""
 
     def __post_init__(self) -> None:
         if self.threads < 1:

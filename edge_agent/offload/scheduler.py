@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,10 +28,6 @@ from edge_agent.offload.transport import cancel_and_wait
 from edge_agent.tts.voice import Samples, Voice
 
 log = logging.getLogger(__name__)
-
-PHONEMIZER_LOCK = threading.Lock()
-"""espeak-ng keeps global state: one phonemization at a time per process."""
-
 
 class StreamCancelled(Exception):
     """The client cancelled, or its connection went away."""
@@ -99,14 +94,7 @@ def sentence_work(voice: Voice, text: str, rate: int,
 
 
 def _synthesize(voice: Voice, text: str) -> list[Samples]:
-    phoneme_ids = getattr(voice, "phoneme_ids", None)
-    synthesize_ids = getattr(voice, "synthesize_ids", None)
-    if phoneme_ids is None or synthesize_ids is None:
-        with PHONEMIZER_LOCK:
-            return list(voice.synthesize_sentence(text))
-    with PHONEMIZER_LOCK:
-        calls = phoneme_ids(text)
-    return [synthesize_ids(ids) for ids in calls]
+    return list(voice.synthesize_sentence(text))
 
 
 class Scheduler:

@@ -20,6 +20,7 @@ import numpy.typing as npt
 from edge_agent.errors import ModelError
 from edge_agent.runtime import make_session
 from edge_agent.tts.normalize import normalize
+from edge_agent.tts.phonemes import espeak_phonemes
 from edge_agent.tts.sentences import split_sentences
 from edge_agent.tts.voice import Samples
 
@@ -59,12 +60,10 @@ class KokoroVoice:
 
     def phoneme_ids(self, sentence: str) -> list[list[int]]:
         """Token ids per model call (espeak sentences joined up to `max_tokens`)."""
-        from piper_phonemize import phonemize_espeak
-
         calls: list[list[int]] = []
         current: list[int] = []
         space = self.vocab.get(" ")
-        for phonemes in phonemize_espeak(sentence, self.espeak_voice):
+        for phonemes in espeak_phonemes(sentence, self.espeak_voice):
             ids = [self.vocab[p] for p in phonemes if p in self.vocab]
             for piece in _cut(ids, self.max_tokens, space):
                 joined = [*current, space, *piece] if current and space is not None else [*current, *piece]

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,9 @@ import numpy as np
 from edge_agent.errors import ModelError
 from edge_agent.runtime import make_session
 from edge_agent.tts.normalize import normalize
+from edge_agent.tts.phonemes import espeak_phonemes
 from edge_agent.tts.sentences import split_sentences
+from edge_agent.tts.vits import UnsupportedGraph, Vocoder, plan_windows, prepare
 from edge_agent.tts.voice import Samples
 
 log = logging.getLogger(__name__)
@@ -55,14 +60,25 @@ class PiperConfig:
 
 
 class PiperVoice:
-    """A loaded Piper voice. `synthesize_sentence` yields float32 audio."""
+    """A loaded Piper voice. `stream` yields float32 audio, window by window.
 
-    def __init__(self, voice_id: str, session: Any, config: PiperConfig,
-                 length_scale: float | None = None) -> None:
+    When the graph could be split (see `edge_agent.tts.vits`), the acoustic
+    front runs with `threads` intra-op threads in the caller's thread and the
+    vocoder's windows run on a pool of `threads` workers with one thread each:
+    two windows decode side by side, and the next sentence's front overlaps the
+    current sentence's vocoder. Otherwise the original graph runs whole.
+    """
+
+    def __init__(self, voice_id: str, session: Any, config: PiperConfig, length_scale: float | None = None,
+                 *, vocoder: Vocoder | None = None, workers: int = 1) -> None:
         self.id = voice_id
         self.sample_rate = config.sample_rate
         self.config = config
         self._session = session
+        self._vocoder = vocoder
+        self._pool = None
+        if vocoder is not None:
+            self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix=f"vocoder-{voice_id}")
         self._scales = np.array(
             [config.noise_scale, length_scale or config.length_scale, config.noise_w],
             dtype=np.float32,
@@ -70,20 +86,29 @@ class PiperVoice:
 
     @staticmethod
     def load(voice_id: str, model: Path, config: Path | None = None, *, threads: int = 2,
-             length_scale: float | None = None) -> PiperVoice:
+             length_scale: float | None = None, prepared_dir: Path | None = None) -> PiperVoice:
+        """Load a voice; with `prepared_dir`, split it there (once) and stream its vocoder."""
         cfg = PiperConfig.load(config or model.with_name(model.name + ".json"))
+        if prepared_dir is not None:
+            split = _load_split(model, prepared_dir, threads)
+            if split is not None:
+                front, vocoder = split
+                return PiperVoice(voice_id, front, cfg, length_scale, vocoder=vocoder, workers=threads)
         return PiperVoice(voice_id, make_session(model, threads), cfg, length_scale)
+
+    @property
+    def streaming(self) -> bool:
+        """True when the vocoder runs in windows (the graph was split)."""
+        return self._vocoder is not None
 
     def sentences(self, text: str) -> list[str]:
         return split_sentences(normalize(text))
 
     def phoneme_ids(self, sentence: str) -> list[list[int]]:
         """Phoneme ids per espeak sentence (espeak may split further than we did)."""
-        from piper_phonemize import phonemize_espeak
-
         id_map = self.config.phoneme_id_map
         result = []
-        for phonemes in phonemize_espeak(sentence, self.config.espeak_voice):
+        for phonemes in espeak_phonemes(sentence, self.config.espeak_voice):
             ids = list(id_map[_BOS])
             for phoneme in phonemes:
                 mapped = id_map.get(phoneme)
@@ -97,7 +122,7 @@ class PiperVoice:
                 result.append(ids)
         return result
 
-    def synthesize_ids(self, ids: list[int]) -> Samples:
+    def _inputs(self, ids: list[int]) -> dict[str, Any]:
         inputs = {
             "input": np.array([ids], dtype=np.int64),
             "input_lengths": np.array([len(ids)], dtype=np.int64),
@@ -105,12 +130,100 @@ class PiperVoice:
         }
         if self.config.num_speakers > 1:
             inputs["sid"] = np.zeros(1, dtype=np.int64)
-        audio: Samples = self._session.run(None, inputs)[0].reshape(-1)
-        return np.clip(audio, -1.0, 1.0).astype(np.float32, copy=False)
+        return inputs
+
+    def synthesize_ids(self, ids: list[int]) -> Samples:
+        """All the audio of one model call."""
+        if self._vocoder is None:
+            audio: Samples = self._session.run(None, self._inputs(ids))[0].reshape(-1)
+        else:
+            audio = np.concatenate([f.result() for f in self._decode(ids, first=False)])
+        return _clip(audio)
+
+    def _decode(self, ids: list[int], *, first: bool) -> list[Future[Samples]]:
+        """Run the front, then queue the vocoder's windows on the pool."""
+        assert self._vocoder is not None and self._pool is not None
+        z = self._session.run(None, self._inputs(ids))[0]
+        windows = plan_windows(z.shape[-1], first=first)
+        return [self._pool.submit(self._vocoder.decode, z, start, end) for start, end in windows]
+
+    def stream(self, sentences: list[str]) -> Iterator[tuple[int, Samples, bool]]:
+        """`(sentence index, samples, last of its sentence)` for each piece of audio, in order.
+
+        Every sentence ends with exactly one `last` piece (empty if espeak found
+        nothing to say in it). Closing the iterator early cancels queued windows.
+        """
+        if self._vocoder is None:
+            for index, sentence in enumerate(sentences):
+                pieces = [_clip(self._session.run(None, self._inputs(ids))[0].reshape(-1))
+                          for ids in self.phoneme_ids(sentence)]
+                yield from _mark_last(index, pieces)
+            return
+        pending: deque[tuple[int, Future[Samples] | None, bool]] = deque()
+        first = True
+        try:
+            for index, sentence in enumerate(sentences):
+                calls = self.phoneme_ids(sentence)
+                if not calls:
+                    pending.append((index, None, True))
+                for n, ids in enumerate(calls):
+                    futures = self._decode(ids, first=first)
+                    pending.extend((index, f, n == len(calls) - 1 and i == len(futures) - 1)
+                                   for i, f in enumerate(futures))
+                    if first:  # the first window is what the listener waits for: nothing competes with it
+                        yield _take(pending)
+                        first = False
+                    while pending and (pending[0][1] is None or pending[0][1].done()):
+                        yield _take(pending)
+            while pending:
+                yield _take(pending)
+        finally:
+            for _, future, _ in pending:
+                if future is not None:
+                    future.cancel()
 
     def synthesize_sentence(self, sentence: str) -> Iterator[Samples]:
-        for ids in self.phoneme_ids(sentence):
-            yield self.synthesize_ids(ids)
+        for _, samples, _ in self.stream([sentence]):
+            if samples.size:
+                yield samples
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
         self._session = None
+
+
+def _clip(audio: Samples) -> Samples:
+    return np.clip(audio, -1.0, 1.0).astype(np.float32, copy=False)
+
+
+def _take(pending: deque[tuple[int, Future[Samples] | None, bool]]) -> tuple[int, Samples, bool]:
+    index, future, last = pending.popleft()
+    samples = _clip(future.result()) if future is not None else np.zeros(0, dtype=np.float32)
+    return index, samples, last
+
+
+def _mark_last(index: int, pieces: list[Samples]) -> Iterator[tuple[int, Samples, bool]]:
+    if not pieces:
+        yield index, np.zeros(0, dtype=np.float32), True
+    for n, samples in enumerate(pieces):
+        yield index, samples, n == len(pieces) - 1
+
+
+def _load_split(model: Path, prepared_dir: Path, threads: int) -> tuple[Any, Vocoder] | None:
+    """Sessions for the split graph, preparing it if needed; None if this graph cannot be split."""
+    for attempt in (1, 2):
+        try:
+            prepared = prepare(model, prepared_dir)
+        except UnsupportedGraph as exc:
+            log.info("%s: vocoder runs whole (%s)", model.name, exc)
+            return None
+        try:
+            front = make_session(prepared.front, threads)
+            return front, Vocoder(make_session(prepared.vocoder, 1), prepared.info)
+        except ModelError:
+            if attempt == 2:
+                raise
+            log.warning("%s: prepared split does not load; preparing it again", prepared_dir)
+            shutil.rmtree(prepared_dir, ignore_errors=True)
+    return None

@@ -17,6 +17,9 @@ log = logging.getLogger(__name__)
 
 Loader = Callable[[str], Voice]
 
+PREPARED_SUBDIR = "prepared"
+"""Split Piper graphs live in `<models.cache_dir>/prepared/<voice id>-<sha256 prefix>/`."""
+
 
 @dataclass
 class _Loaded:
@@ -94,8 +97,12 @@ class VoiceRegistry:
         from edge_agent.tts.piper import PiperVoice
 
         files = self._store.require(voice_id)
-        model = files.entry.files[0].name
+        model = files.entry.files[0]
+        prepared = None
+        if self._settings.stream_vocoder:  # the split is keyed by the verified source's hash
+            prepared = self._store.cache_dir / PREPARED_SUBDIR / f"{voice_id}-{model.sha256[:16]}"
         return PiperVoice.load(
-            voice_id, files.path(model), files.path(f"{model}.json"),
+            voice_id, files.path(model.name), files.path(f"{model.name}.json"),
             threads=self._settings.threads, length_scale=self._settings.length_scale,
+            prepared_dir=prepared,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -55,14 +55,33 @@ class Synthesizer(Protocol):
         ...
 
 
+@runtime_checkable
+class StreamingVoice(Voice, Protocol):
+    """A voice that plans a whole text's work at once (windows, look-ahead)."""
+
+    def stream(self, sentences: list[str]) -> Iterator[tuple[int, Samples, bool]]:
+        """`(sentence index, samples, last of its sentence)`; one `last` per sentence."""
+        ...
+
+
+def _by_sentence(voice: Voice, sentences: list[str]) -> Iterator[tuple[int, Samples, bool]]:
+    for index, sentence in enumerate(sentences):
+        pending: Samples = np.zeros(0, dtype=np.float32)
+        for n, samples in enumerate(voice.synthesize_sentence(sentence)):
+            if n:
+                yield index, pending, False
+            pending = samples
+        yield index, pending, True
+
+
 def synthesize(voice: Voice, text: str, silence_s: float = 0.0) -> Iterator[AudioChunk]:
     """Stream `text` sentence by sentence; `silence_s` of silence closes each sentence."""
     gap = np.zeros(round(silence_s * voice.sample_rate), dtype=np.float32)
-    for index, sentence in enumerate(voice.sentences(text)):
-        pending: Samples | None = None
-        for samples in voice.synthesize_sentence(sentence):
-            if pending is not None:
-                yield AudioChunk(pending, voice.sample_rate, index, last=False)
-            pending = samples
-        tail = gap if pending is None else np.concatenate([pending, gap])
-        yield AudioChunk(tail, voice.sample_rate, index, last=True)
+    sentences = voice.sentences(text)
+    pieces = voice.stream(sentences) if isinstance(voice, StreamingVoice) else _by_sentence(voice, sentences)
+    for index, samples, last in pieces:
+        if last:
+            yield AudioChunk(np.concatenate([samples, gap]) if gap.size else samples,
+                             voice.sample_rate, index, last=True)
+        elif samples.size:
+            yield AudioChunk(samples, voice.sample_rate, index, last=False)

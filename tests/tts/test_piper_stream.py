@@ -1,0 +1,203 @@
+"""The Piper graph split at the latent: same audio as the original, streamed in windows."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from edge_agent.config import TtsSettings
+from edge_agent.models import ModelStore, load_catalog
+from edge_agent.runtime import make_session
+from edge_agent.tts import vits
+from edge_agent.tts.piper import PiperVoice
+from edge_agent.tts.voice import synthesize
+
+VOICE = "en_US-joe-medium"
+LONG = ("The washing machine in the basement has finished its cycle and the clothes should be "
+        "moved to the dryer right away so that they do not start to smell before tomorrow morning.")
+
+
+@pytest.fixture(scope="module")
+def model(shared_cache: Path) -> Path:
+    files = ModelStore(shared_cache, load_catalog()).require(VOICE)
+    return files.path(files.entry.files[0].name)
+
+
+@pytest.fixture(scope="module")
+def prepared(model: Path, tmp_path_factory: pytest.TempPathFactory) -> vits.Prepared:
+    return vits.prepare(model, tmp_path_factory.mktemp("prepared") / "joe")
+
+
+def deterministic(voice: PiperVoice) -> PiperVoice:
+    """No noise in the flow or the durations, so two runs can be compared sample by sample."""
+    voice._scales = np.array([0.0, 1.0, 0.0], dtype=np.float32)
+    return voice
+
+
+@pytest.fixture(scope="module")
+def streaming(model: Path, prepared: vits.Prepared) -> PiperVoice:
+    voice = deterministic(PiperVoice.load(VOICE, model, threads=2, prepared_dir=prepared.front.parent))
+    assert voice.streaming
+    yield voice
+    voice.close()
+
+
+@pytest.fixture(scope="module")
+def whole(model: Path) -> PiperVoice:
+    voice = deterministic(PiperVoice.load(VOICE, model, threads=2))
+    assert not voice.streaming
+    yield voice
+    voice.close()
+
+
+def test_the_split_finds_the_latent_and_an_exact_context(prepared: vits.Prepared) -> None:
+    info = prepared.info
+    assert (info.channels, info.hop) == (192, 256)
+    assert 8 <= info.context <= 20  # computed from the kernels, dilations and strides
+    vocoder = onnx.load(str(prepared.vocoder))
+    convs = [n for n in vocoder.graph.node if n.op_type in ("Conv", "ConvTranspose")]
+    assert {n.op_type for n in convs} == {"Conv", "ConvTranspose"}
+    kernels = [a.ints for n in convs for a in n.attribute if a.name == "kernel_shape"]
+    assert len(kernels) == len(convs) and all(len(k) == 2 and k[0] == 1 for k in kernels)  # 2-D
+
+
+def test_split_voice_speaks_as_the_original_graph(streaming: PiperVoice, whole: PiperVoice) -> None:
+    ids = whole.phoneme_ids(LONG)[0]
+    ours = streaming.synthesize_ids(ids)
+    theirs = whole.synthesize_ids(ids)
+    assert ours.shape == theirs.shape and ours.size > 5 * 22050
+    assert np.abs(ours - theirs).max() < 1e-4
+
+
+def test_windows_decode_to_the_same_samples_as_the_whole_latent(
+        streaming: PiperVoice, prepared: vits.Prepared) -> None:
+    ids = streaming.phoneme_ids(LONG)[0]
+    z = streaming._session.run(None, streaming._inputs(ids))[0]
+    vocoder = vits.Vocoder(make_session(prepared.vocoder, 1), prepared.info)
+    full = vocoder.decode(z)
+    for first in (True, False):
+        windows = vits.plan_windows(z.shape[-1], first=first)
+        assert len(windows) > 2
+        pieces = np.concatenate([vocoder.decode(z, a, b) for a, b in windows])
+        assert pieces.shape == full.shape
+        assert np.abs(pieces - full).max() < 1e-5
+    # Too little context is audibly wrong: the computed context is what makes it exact.
+    short = vits.Vocoder(vocoder._session, dataclasses.replace(prepared.info, context=2))
+    cut = np.concatenate([short.decode(z, a, b) for a, b in vits.plan_windows(z.shape[-1], first=True)])
+    assert np.abs(cut - full).max() > 1e-3
+
+
+@given(st.integers(1, 3000), st.booleans())
+def test_windows_cover_the_latent_once_in_order(frames: int, first: bool) -> None:
+    windows = vits.plan_windows(frames, first=first)
+    assert windows[0][0] == 0 and windows[-1][1] == frames
+    assert all(a < b for a, b in windows)
+    assert all(b == c for (_, b), (c, _) in itertools.pairwise(windows))
+    assert all(b - a <= vits.MAX_FRAMES for a, b in windows)
+    if first and frames > vits.FIRST_FRAMES * 2:
+        assert windows[0][1] == vits.FIRST_FRAMES
+
+
+def test_stream_starts_with_a_small_window_and_ends_each_sentence_once(streaming: PiperVoice) -> None:
+    sentences = streaming.sentences(f"{LONG} Thank you. Bye.")
+    pieces = list(streaming.stream(sentences))
+    assert pieces[0][1].size == vits.FIRST_FRAMES * 256
+    assert [i for i, _, _ in pieces] == sorted(i for i, _, _ in pieces)
+    assert [i for i, _, last in pieces if last] == [0, 1, 2]
+    audio = np.concatenate([s for i, s, _ in pieces if i == 0])
+    assert np.abs(audio - streaming.synthesize_ids(streaming.phoneme_ids(sentences[0])[0])).max() < 1e-4
+
+
+def test_a_sentence_without_phonemes_still_ends(streaming: PiperVoice) -> None:
+    chunks = list(synthesize(streaming, "Hello. ... Goodbye."))
+    lasts = [c.sentence for c in chunks if c.last]
+    assert lasts == sorted(set(lasts)) and len(lasts) == len(streaming.sentences("Hello. ... Goodbye."))
+
+
+def test_closing_the_stream_early_cancels_queued_windows(streaming: PiperVoice) -> None:
+    stream = streaming.stream(streaming.sentences(LONG * 3))
+    next(stream)
+    stream.close()
+    # The pool is free again: a new stream runs to the end.
+    assert sum(s.size for _, s, _ in streaming.stream(["Ready."])) > 0
+
+
+def test_streams_from_several_threads_do_not_mix(streaming: PiperVoice) -> None:
+    expected = {text: np.concatenate([s for _, s, _ in streaming.stream([text])])
+                for text in ("One two three.", "Four five six seven eight.")}
+    results: dict[str, list[np.ndarray]] = {t: [] for t in expected}
+
+    def speak(text: str) -> None:
+        for _ in range(3):
+            results[text].append(np.concatenate([s for _, s, _ in streaming.stream([text])]))
+
+    threads = [threading.Thread(target=speak, args=(t,)) for t in expected]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for text, runs in results.items():
+        assert len(runs) == 3
+        assert all(np.abs(r - expected[text]).max() < 1e-4 for r in runs)
+
+
+def test_a_graph_that_is_not_piper_runs_whole(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"], name="/enc/Identity")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    path = tmp_path / "other.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    with pytest.raises(vits.UnsupportedGraph, match="no nodes"):
+        vits.prepare(path, tmp_path / "prep")
+    assert not (tmp_path / "prep").exists()
+
+
+def test_a_damaged_split_is_prepared_again(model: Path, tmp_path: Path) -> None:
+    directory = tmp_path / "joe"
+    vits.prepare(model, directory)
+    vocoder = directory / "vocoder.onnx"
+    vocoder.write_bytes(vocoder.read_bytes()[:1000])  # truncated on disk
+    voice = PiperVoice.load(VOICE, model, threads=1, prepared_dir=directory)
+    try:
+        assert voice.streaming and voice.synthesize_ids(voice.phoneme_ids("Hello.")[0]).size > 0
+        assert vocoder.stat().st_size > 1_000_000
+    finally:
+        voice.close()
+
+
+def test_stale_metadata_is_prepared_again(model: Path, tmp_path: Path) -> None:
+    directory = tmp_path / "joe"
+    vits.prepare(model, directory)
+    (directory / "prepared.json").write_text('{"format": 0}')
+    assert vits.prepare(model, directory).info.hop == 256
+    assert '"format": 1' in (directory / "prepared.json").read_text()
+
+
+def test_the_registry_prepares_once_per_model_hash_and_can_be_told_not_to(shared_cache: Path) -> None:
+    from edge_agent.tts.registry import PREPARED_SUBDIR, VoiceRegistry
+
+    store = ModelStore(shared_cache, load_catalog())
+    registry = VoiceRegistry(store, TtsSettings(threads=1))
+    try:
+        voice = registry.get(VOICE)
+        assert isinstance(voice, PiperVoice) and voice.streaming
+        sha = store.catalog.get(VOICE).files[0].sha256
+        assert (shared_cache / PREPARED_SUBDIR / f"{VOICE}-{sha[:16]}" / "prepared.json").is_file()
+    finally:
+        registry.close()
+    plain = VoiceRegistry(store, TtsSettings(threads=1, stream_vocoder=False))
+    try:
+        voice = plain.get(VOICE)
+        assert isinstance(voice, PiperVoice) and not voice.streaming
+    finally:
+        plain.close()
