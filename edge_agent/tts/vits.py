@@ -45,7 +45,7 @@ from edge_agent.tts.voice import Samples
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2
 """Bumped whenever the prepared files would differ for the same source model."""
 
 DECODER_PREFIX = "/dec/"
@@ -137,6 +137,52 @@ _ELEMENTWISE = frozenset({"Add", "Mul", "Sub", "Div", "LeakyRelu", "Relu", "Tanh
 """Ops that do not care whether a tensor is 3-D or 4-D."""
 
 
+def _polyphase_ok(a: dict[str, Any]) -> bool:
+    """A transposed conv with kernel 2 x stride and symmetric pads below the stride (HiFi-GAN's)."""
+    (kernel,), (stride,) = a["kernel_shape"], a["strides"]
+    pads = a.get("pads", [0, 0])
+    return (kernel == 2 * stride and pads[0] == pads[1] < stride and a.get("group", 1) == 1
+            and a.get("dilations", [1]) == [1] and not any(a.get("output_padding", [0])))
+
+
+def _polyphase(node: Any, x: str, weights: dict[str, Any], inits: dict[str, Any]) -> list[Any]:
+    """A transposed conv as one plain conv with `stride` outputs per channel, interleaved.
+
+    With kernel `2s` and pad `p`, output sample `n` sums `x[q] w[r]` and
+    `x[q - 1] w[r + s]`, where `q, r = divmod(n + p, s)`: a 2-tap conv per phase
+    `r`. Stacking the phases as channels `o * s + r` gives one ordinary conv
+    (which the NCHWc kernels take, unlike ConvTranspose); a reshape and
+    transpose interleave the phases and a slice drops the pad.
+    """
+    from onnx import helper
+
+    a = _attrs(node)
+    (stride,), pad = a["strides"], a.get("pads", [0, 0])[0]
+    w = weights[node.input[1]]  # [in, out, 2s]
+    cin, cout, _ = w.shape
+    taps = np.stack([w[:, :, stride:], w[:, :, :stride]], axis=-1)  # [in, out, s, 2]: tap 0 is x[q - 1]
+    conv_w = taps.transpose(1, 2, 0, 3).reshape(cout * stride, cin, 1, 2)
+    out, name = node.output[0], node.name
+    inits[f"{name}.w"] = conv_w.astype(np.float32)
+    conv_inputs = [x, f"{name}.w"]
+    if len(node.input) > 2 and node.input[2]:
+        inits[f"{name}.b"] = np.repeat(weights[node.input[2]], stride).astype(np.float32)
+        conv_inputs.append(f"{name}.b")
+    inits[f"{name}.phases"] = np.array([1, cout, stride, -1], np.int64)
+    inits[f"{name}.rows"] = np.array([1, cout, 1, -1], np.int64)
+    inits[f"{name}.start"] = np.array([pad], np.int64)
+    inits[f"{name}.end"] = np.array([pad - stride], np.int64)
+    inits[f"{name}.axis"] = np.array([3], np.int64)
+    return [
+        helper.make_node("Conv", conv_inputs, [f"{out}.phased"], name=f"{name}/polyphase",
+                         kernel_shape=[1, 2], pads=[0, 1, 0, 1]),
+        helper.make_node("Reshape", [f"{out}.phased", f"{name}.phases"], [f"{out}.split"]),
+        helper.make_node("Transpose", [f"{out}.split"], [f"{out}.interleaved"], perm=[0, 1, 3, 2]),
+        helper.make_node("Reshape", [f"{out}.interleaved", f"{name}.rows"], [f"{out}.padded"]),
+        helper.make_node("Slice", [f"{out}.padded", f"{name}.start", f"{name}.end", f"{name}.axis"], [out]),
+    ]
+
+
 def _vocoder_2d(nodes: list[Any], weights: dict[str, Any], latent: str, channels: int) -> Any:
     """The vocoder as a graph of 2-D ops on `[1, C, 1, T]`, returning flat audio samples."""
     from onnx import TensorProto, helper, numpy_helper
@@ -148,7 +194,10 @@ def _vocoder_2d(nodes: list[Any], weights: dict[str, Any], latent: str, channels
     for node in nodes:
         inputs = [rename.get(i, i) for i in node.input]
         a = _attrs(node)
-        if node.op_type in ("Conv", "ConvTranspose"):
+        if node.op_type == "ConvTranspose" and _polyphase_ok(a):
+            out_nodes.extend(_polyphase(node, inputs[0], weights, inits))
+            constants = []
+        elif node.op_type in ("Conv", "ConvTranspose"):
             kernel = a["kernel_shape"]
             if len(kernel) != 1:
                 raise UnsupportedGraph(f"{node.name}: a {len(kernel)}-D convolution")
