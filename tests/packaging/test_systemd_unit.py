@@ -9,6 +9,8 @@ import pytest
 from tests.conftest import REPO
 
 UNIT = REPO / "packaging" / "systemd" / "edge-agent.service"
+SERVE_UNIT = REPO / "packaging" / "systemd" / "edge-agent-serve.service"
+UNITS = [UNIT, SERVE_UNIT]
 
 
 def settings(text):
@@ -30,14 +32,21 @@ def test_the_unit_runs_hardened_as_a_dedicated_user_and_restarts():
     assert re.search(r"^u edge-agent ", sysusers, re.M)
 
 
-@pytest.fixture
-def local_unit(tmp_path):
-    """The unit with ExecStart pointing at this checkout's edge-agent (verify checks it exists)."""
+def test_the_server_unit_is_as_hardened_and_has_no_devices():
+    s = settings(SERVE_UNIT.read_text())
+    assert s["User"] == "edge-agent" and s["ProtectSystem"] == "strict" and s["Restart"] == "always"
+    assert "serve --config /etc/edge-agent/server.yaml" in s["ExecStart"]
+    assert s["PrivateDevices"] == "yes" and "DeviceAllow" not in s and "SupplementaryGroups" not in s
+
+
+@pytest.fixture(params=UNITS, ids=lambda p: p.name)
+def local_unit(request, tmp_path):
+    """A unit with ExecStart pointing at this checkout's edge-agent (verify checks it exists)."""
     exe = Path(sys.executable).with_name("edge-agent")
     if not exe.exists():
         pytest.skip("edge-agent entry point is not installed next to this python")
-    unit = tmp_path / "edge-agent.service"
-    unit.write_text(UNIT.read_text().replace("/opt/edge-speech/bin/edge-agent", str(exe)))
+    unit = tmp_path / request.param.name
+    unit.write_text(request.param.read_text().replace("/opt/edge-speech/bin/edge-agent", str(exe)))
     return unit
 
 
@@ -46,14 +55,14 @@ def test_systemd_analyze_verify_accepts_the_unit(local_unit):
     result = subprocess.run(["systemd-analyze", "verify", str(local_unit)], capture_output=True, text=True,
                             check=False, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert "edge-agent.service" not in result.stderr  # no warnings about our unit
+    assert local_unit.name not in result.stderr  # no warnings about our unit
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not available")
 def test_the_exposure_score_stays_low(local_unit):
     result = subprocess.run(["systemd-analyze", "security", "--offline=true", str(local_unit)],
                             capture_output=True, text=True, check=False, timeout=60)
-    match = re.search(r"Overall exposure level for edge-agent.service: ([\d.]+)", result.stdout)
+    match = re.search(rf"Overall exposure level for {re.escape(local_unit.name)}: ([\d.]+)", result.stdout)
     if match is None:
         pytest.skip("this systemd-analyze cannot score unit files offline")
     assert float(match.group(1)) <= 2.5
