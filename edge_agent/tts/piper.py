@@ -63,10 +63,11 @@ class PiperVoice:
     """A loaded Piper voice. `stream` yields float32 audio, window by window.
 
     When the graph could be split (see `edge_agent.tts.vits`), the acoustic
-    front runs with `threads` intra-op threads in the caller's thread and the
-    vocoder's windows run on a pool of `threads` workers with one thread each:
-    two windows decode side by side, and the next sentence's front overlaps the
-    current sentence's vocoder. Otherwise the original graph runs whole.
+    front runs with `threads` intra-op threads (not spinning) in the caller's
+    thread and the vocoder's windows run on a pool of `threads` workers with one
+    thread each: windows decode side by side, and the next sentence's front
+    overlaps the current sentence's vocoder. Otherwise the original graph runs
+    whole.
     """
 
     def __init__(self, voice_id: str, session: Any, config: PiperConfig, length_scale: float | None = None,
@@ -77,6 +78,7 @@ class PiperVoice:
         self._session = session
         self._vocoder = vocoder
         self._pool = None
+        self._workers = max(1, workers)
         if vocoder is not None:
             self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix=f"vocoder-{voice_id}")
         self._scales = np.array(
@@ -137,14 +139,14 @@ class PiperVoice:
         if self._vocoder is None:
             audio: Samples = self._session.run(None, self._inputs(ids))[0].reshape(-1)
         else:
-            audio = np.concatenate([f.result() for f in self._decode(ids, first=False)])
+            audio = np.concatenate([f.result() for f in self._decode(ids, first=False, spread=True)])
         return _clip(audio)
 
-    def _decode(self, ids: list[int], *, first: bool) -> list[Future[Samples]]:
+    def _decode(self, ids: list[int], *, first: bool, spread: bool) -> list[Future[Samples]]:
         """Run the front, then queue the vocoder's windows on the pool."""
         assert self._vocoder is not None and self._pool is not None
         z = self._session.run(None, self._inputs(ids))[0]
-        windows = plan_windows(z.shape[-1], first=first)
+        windows = plan_windows(z.shape[-1], first=first, spread=first or spread, workers=self._workers)
         return [self._pool.submit(self._vocoder.decode, z, start, end) for start, end in windows]
 
     def stream(self, sentences: list[str]) -> Iterator[tuple[int, Samples, bool]]:
@@ -167,7 +169,8 @@ class PiperVoice:
                 if not calls:
                     pending.append((index, None, True))
                 for n, ids in enumerate(calls):
-                    futures = self._decode(ids, first=first)
+                    final = index == len(sentences) - 1 and n == len(calls) - 1
+                    futures = self._decode(ids, first=first, spread=final)
                     pending.extend((index, f, n == len(calls) - 1 and i == len(futures) - 1)
                                    for i, f in enumerate(futures))
                     if first:  # the first window is what the listener waits for: nothing competes with it
@@ -219,7 +222,8 @@ def _load_split(model: Path, prepared_dir: Path, threads: int) -> tuple[Any, Voc
             log.info("%s: vocoder runs whole (%s)", model.name, exc)
             return None
         try:
-            front = make_session(prepared.front, threads)
+            # No spinning: the vocoder's workers need the cores the moment the front is done.
+            front = make_session(prepared.front, threads, spin=False)
             return front, Vocoder(make_session(prepared.vocoder, 1), prepared.info)
         except ModelError:
             if attempt == 2:

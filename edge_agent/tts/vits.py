@@ -9,13 +9,15 @@ So we cut the graph in two:
 
 - the *front* (everything up to the latent), run once per sentence;
 - the *vocoder*, rewritten from 1-D to 2-D convolutions (`[N, C, 1, T]`), which
-  onnxruntime runs through its blocked NCHWc kernels: the same arithmetic,
-  measurably faster on x86 and ARM CPUs than the 1-D path the exporter emitted.
+  onnxruntime runs through its blocked NCHWc kernels on x86: the same
+  arithmetic, about 8% faster single-threaded than the 1-D path the exporter
+  emitted (though it gains little from a second intra-op thread, so windows
+  run side by side on single-threaded workers instead).
 
 The first window of a stream is small, so playback starts after a fraction of
 the vocoder's work; the next grows by `GROWTH`, so it is ready long before the
-audio before it has played; the rest is cut into windows that two workers
-decode side by side.
+audio before it has played; the rest is cut into windows that the workers
+decode side by side, while the caller's thread runs the next sentence's front.
 
 The split is prepared once per model (keyed by the source's sha256) and kept in
 the model cache; a graph we do not recognise (another vocoder shape, a
@@ -45,7 +47,7 @@ from edge_agent.tts.voice import Samples
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2
+FORMAT = 3
 """Bumped whenever the prepared files would differ for the same source model."""
 
 DECODER_PREFIX = "/dec/"
@@ -57,8 +59,8 @@ FIRST_FRAMES = 24
 GROWTH = 4
 """Each window is this many times the previous one."""
 
-MAX_FRAMES = 192
-"""Longest window (2.2 s at 22.05 kHz): `2 x context` frames of overlap cost 14% at most."""
+MAX_FRAMES = 384
+"""Longest window (4.5 s at 22.05 kHz)."""
 
 
 class UnsupportedGraph(ModelError):
@@ -137,52 +139,6 @@ _ELEMENTWISE = frozenset({"Add", "Mul", "Sub", "Div", "LeakyRelu", "Relu", "Tanh
 """Ops that do not care whether a tensor is 3-D or 4-D."""
 
 
-def _polyphase_ok(a: dict[str, Any]) -> bool:
-    """A transposed conv with kernel 2 x stride and symmetric pads below the stride (HiFi-GAN's)."""
-    (kernel,), (stride,) = a["kernel_shape"], a["strides"]
-    pads = a.get("pads", [0, 0])
-    return (kernel == 2 * stride and pads[0] == pads[1] < stride and a.get("group", 1) == 1
-            and a.get("dilations", [1]) == [1] and not any(a.get("output_padding", [0])))
-
-
-def _polyphase(node: Any, x: str, weights: dict[str, Any], inits: dict[str, Any]) -> list[Any]:
-    """A transposed conv as one plain conv with `stride` outputs per channel, interleaved.
-
-    With kernel `2s` and pad `p`, output sample `n` sums `x[q] w[r]` and
-    `x[q - 1] w[r + s]`, where `q, r = divmod(n + p, s)`: a 2-tap conv per phase
-    `r`. Stacking the phases as channels `o * s + r` gives one ordinary conv
-    (which the NCHWc kernels take, unlike ConvTranspose); a reshape and
-    transpose interleave the phases and a slice drops the pad.
-    """
-    from onnx import helper
-
-    a = _attrs(node)
-    (stride,), pad = a["strides"], a.get("pads", [0, 0])[0]
-    w = weights[node.input[1]]  # [in, out, 2s]
-    cin, cout, _ = w.shape
-    taps = np.stack([w[:, :, stride:], w[:, :, :stride]], axis=-1)  # [in, out, s, 2]: tap 0 is x[q - 1]
-    conv_w = taps.transpose(1, 2, 0, 3).reshape(cout * stride, cin, 1, 2)
-    out, name = node.output[0], node.name
-    inits[f"{name}.w"] = conv_w.astype(np.float32)
-    conv_inputs = [x, f"{name}.w"]
-    if len(node.input) > 2 and node.input[2]:
-        inits[f"{name}.b"] = np.repeat(weights[node.input[2]], stride).astype(np.float32)
-        conv_inputs.append(f"{name}.b")
-    inits[f"{name}.phases"] = np.array([1, cout, stride, -1], np.int64)
-    inits[f"{name}.rows"] = np.array([1, cout, 1, -1], np.int64)
-    inits[f"{name}.start"] = np.array([pad], np.int64)
-    inits[f"{name}.end"] = np.array([pad - stride], np.int64)
-    inits[f"{name}.axis"] = np.array([3], np.int64)
-    return [
-        helper.make_node("Conv", conv_inputs, [f"{out}.phased"], name=f"{name}/polyphase",
-                         kernel_shape=[1, 2], pads=[0, 1, 0, 1]),
-        helper.make_node("Reshape", [f"{out}.phased", f"{name}.phases"], [f"{out}.split"]),
-        helper.make_node("Transpose", [f"{out}.split"], [f"{out}.interleaved"], perm=[0, 1, 3, 2]),
-        helper.make_node("Reshape", [f"{out}.interleaved", f"{name}.rows"], [f"{out}.padded"]),
-        helper.make_node("Slice", [f"{out}.padded", f"{name}.start", f"{name}.end", f"{name}.axis"], [out]),
-    ]
-
-
 def _vocoder_2d(nodes: list[Any], weights: dict[str, Any], latent: str, channels: int) -> Any:
     """The vocoder as a graph of 2-D ops on `[1, C, 1, T]`, returning flat audio samples."""
     from onnx import TensorProto, helper, numpy_helper
@@ -194,10 +150,7 @@ def _vocoder_2d(nodes: list[Any], weights: dict[str, Any], latent: str, channels
     for node in nodes:
         inputs = [rename.get(i, i) for i in node.input]
         a = _attrs(node)
-        if node.op_type == "ConvTranspose" and _polyphase_ok(a):
-            out_nodes.extend(_polyphase(node, inputs[0], weights, inits))
-            constants = []
-        elif node.op_type in ("Conv", "ConvTranspose"):
+        if node.op_type in ("Conv", "ConvTranspose"):
             kernel = a["kernel_shape"]
             if len(kernel) != 1:
                 raise UnsupportedGraph(f"{node.name}: a {len(kernel)}-D convolution")
@@ -335,13 +288,19 @@ def prepare(model_path: Path, directory: Path) -> Prepared:
     return Prepared(directory / "front.onnx", directory / "vocoder.onnx", info)
 
 
-def plan_windows(frames: int, *, first: bool) -> list[tuple[int, int]]:
+def plan_windows(frames: int, *, first: bool, spread: bool | None = None,
+                 workers: int = 2) -> list[tuple[int, int]]:
     """`[start, end)` latent frames of each window.
 
-    The first sentence of a stream starts small (`FIRST_FRAMES`, then `GROWTH`
-    times more) so that playback can begin early; the rest is cut into equal
-    windows of at most `MAX_FRAMES`, which the pool decodes side by side and
-    which bound the vocoder's working memory however long the sentence.
+    The first sentence of a stream starts with `FIRST_FRAMES`, then `GROWTH`
+    times that, so playback begins early and never waits for the next window.
+    With `spread` (the default for the first sentence; the caller sets it for
+    the last one, when nothing else is left to overlap) what remains is cut into
+    at least `workers` equal windows, which the pool decodes side by side.
+    Otherwise a sentence is cut only where it exceeds `MAX_FRAMES` (each cut
+    costs `2 x context` frames of overlap) and runs beside the next sentence's
+    front instead. `MAX_FRAMES` also bounds the vocoder's working memory
+    however long the sentence.
     """
     windows = []
     start, size = 0, FIRST_FRAMES
@@ -354,6 +313,8 @@ def plan_windows(frames: int, *, first: bool) -> list[tuple[int, int]]:
     rest = frames - start
     if rest > 0:
         pieces = math.ceil(rest / MAX_FRAMES)
+        if first if spread is None else spread:
+            pieces = max(pieces, min(workers, rest // FIRST_FRAMES))
         bounds = [start + round(i * rest / pieces) for i in range(pieces + 1)]
         windows.extend(itertools.pairwise(bounds))
     return windows

@@ -64,7 +64,7 @@ def test_the_split_finds_the_latent_and_an_exact_context(prepared: vits.Prepared
     assert 8 <= info.context <= 20  # computed from the kernels, dilations and strides
     vocoder = onnx.load(str(prepared.vocoder))
     convs = [n for n in vocoder.graph.node if n.op_type in ("Conv", "ConvTranspose")]
-    assert {n.op_type for n in convs} == {"Conv"}  # the upsamplers became polyphase convs
+    assert {n.op_type for n in convs} == {"Conv", "ConvTranspose"}
     kernels = [a.ints for n in convs for a in n.attribute if a.name == "kernel_shape"]
     assert len(kernels) == len(convs) and all(len(k) == 2 and k[0] == 1 for k in kernels)  # 2-D
 
@@ -84,8 +84,8 @@ def test_windows_decode_to_the_same_samples_as_the_whole_latent(
     vocoder = vits.Vocoder(make_session(prepared.vocoder, 1), prepared.info)
     full = vocoder.decode(z)
     for first in (True, False):
-        windows = vits.plan_windows(z.shape[-1], first=first)
-        assert len(windows) > 2
+        windows = vits.plan_windows(z.shape[-1], first=first, spread=True, workers=4)
+        assert len(windows) >= 4
         pieces = np.concatenate([vocoder.decode(z, a, b) for a, b in windows])
         assert pieces.shape == full.shape
         assert np.abs(pieces - full).max() < 1e-5
@@ -95,15 +95,19 @@ def test_windows_decode_to_the_same_samples_as_the_whole_latent(
     assert np.abs(cut - full).max() > 1e-3
 
 
-@given(st.integers(1, 3000), st.booleans())
-def test_windows_cover_the_latent_once_in_order(frames: int, first: bool) -> None:
-    windows = vits.plan_windows(frames, first=first)
+@given(st.integers(1, 3000), st.booleans(), st.booleans(), st.integers(1, 4))
+def test_windows_cover_the_latent_once_in_order(frames: int, first: bool, spread: bool, workers: int) -> None:
+    windows = vits.plan_windows(frames, first=first, spread=spread, workers=workers)
     assert windows[0][0] == 0 and windows[-1][1] == frames
     assert all(a < b for a, b in windows)
     assert all(b == c for (_, b), (c, _) in itertools.pairwise(windows))
     assert all(b - a <= vits.MAX_FRAMES for a, b in windows)
     if first and frames > vits.FIRST_FRAMES * 2:
         assert windows[0][1] == vits.FIRST_FRAMES
+    if not first and not spread:
+        assert len(windows) == -(-frames // vits.MAX_FRAMES)  # cut only where too long
+    if spread and not first and frames >= workers * vits.FIRST_FRAMES:
+        assert len(windows) >= workers
 
 
 def test_stream_starts_with_a_small_window_and_ends_each_sentence_once(streaming: PiperVoice) -> None:
@@ -180,7 +184,7 @@ def test_stale_metadata_is_prepared_again(model: Path, tmp_path: Path) -> None:
     vits.prepare(model, directory)
     (directory / "prepared.json").write_text('{"format": 0}')
     assert vits.prepare(model, directory).info.hop == 256
-    assert '"format": 2' in (directory / "prepared.json").read_text()
+    assert '"format": 3' in (directory / "prepared.json").read_text()
 
 
 def test_the_registry_prepares_once_per_model_hash_and_can_be_told_not_to(shared_cache: Path) -> None:
