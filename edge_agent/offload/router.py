@@ -25,7 +25,7 @@ from edge_agent.offload.codecs import opus_rate
 from edge_agent.offload.messages import Codec
 from edge_agent.offload.transport import OffloadError
 from edge_agent.tts.local import LocalSynthesizer
-from edge_agent.tts.voice import AudioChunk, Voice
+from edge_agent.tts.voice import AudioChunk, Voice, synthesize_sentences
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class SynthRouter:
             start = yield from self._remote(sentences, voice, local.sample_rate)
         if start < len(sentences):
             self.last_engine = "local"
-            yield from _local_chunks(local, sentences, start, self.tts.sentence_silence_s)
+            yield from synthesize_sentences(local, sentences, self.tts.sentence_silence_s, start)
 
     def _remote_voice(self, voice: str | None) -> str:
         return voice or self.settings.voice or self.tts.voice
@@ -167,16 +167,3 @@ def make_synthesizer(settings: Settings, store: ModelStore) -> SynthRouter:
         client = OffloadClient(offload, load_psk(offload.psk_file))
         client.start()
     return SynthRouter(local, offload, client)
-
-
-def _local_chunks(voice: Voice, sentences: list[str], start: int, silence_s: float) -> Iterator[AudioChunk]:
-    """Like `tts.voice.synthesize`, for sentences `start..` of an already split text."""
-    gap = np.zeros(round(silence_s * voice.sample_rate), dtype=np.float32)
-    for index in range(start, len(sentences)):
-        pending = None
-        for samples in voice.synthesize_sentence(sentences[index]):
-            if pending is not None:
-                yield AudioChunk(pending, voice.sample_rate, index, last=False, engine="local")
-            pending = samples
-        tail = gap if pending is None else np.concatenate([pending, gap])
-        yield AudioChunk(tail, voice.sample_rate, index, last=True, engine="local")

@@ -76,12 +76,18 @@ def _by_sentence(voice: Voice, sentences: list[str]) -> Iterator[tuple[int, Samp
 
 def synthesize(voice: Voice, text: str, silence_s: float = 0.0) -> Iterator[AudioChunk]:
     """Stream `text` sentence by sentence; `silence_s` of silence closes each sentence."""
+    return synthesize_sentences(voice, voice.sentences(text), silence_s)
+
+
+def synthesize_sentences(voice: Voice, sentences: list[str], silence_s: float = 0.0,
+                         start: int = 0) -> Iterator[AudioChunk]:
+    """Like `synthesize`, for sentences `start..` of an already split text (indices kept)."""
     gap = np.zeros(round(silence_s * voice.sample_rate), dtype=np.float32)
-    sentences = voice.sentences(text)
-    pieces = voice.stream(sentences) if isinstance(voice, StreamingVoice) else _by_sentence(voice, sentences)
+    todo = sentences[start:]
+    pieces = voice.stream(todo) if isinstance(voice, StreamingVoice) else _by_sentence(voice, todo)
     for index, samples, last in pieces:
         if last:
             yield AudioChunk(np.concatenate([samples, gap]) if gap.size else samples,
-                             voice.sample_rate, index, last=True)
+                             voice.sample_rate, start + index, last=True)
         elif samples.size:
-            yield AudioChunk(samples, voice.sample_rate, index, last=False)
+            yield AudioChunk(samples, voice.sample_rate, start + index, last=False)
