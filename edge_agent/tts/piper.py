@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,11 +21,14 @@ from edge_agent.tts.normalize import normalize
 from edge_agent.tts.phonemes import espeak_phonemes
 from edge_agent.tts.sentences import split_sentences
 from edge_agent.tts.vits import UnsupportedGraph, Vocoder, plan_windows, prepare
-from edge_agent.tts.voice import Samples
+from edge_agent.tts.voice import Samples, by_sentence
 
 log = logging.getLogger(__name__)
 
 _BOS, _EOS, _PAD = "^", "$", "_"
+
+LOOKAHEAD = 2
+"""Model calls whose fronts may run ahead of the audio being yielded."""
 
 
 @dataclass(frozen=True)
@@ -63,8 +67,8 @@ class PiperVoice:
     """A loaded Piper voice. `stream` yields float32 audio, window by window.
 
     When the graph could be split (see `edge_agent.tts.vits`), the acoustic
-    front runs with `threads` intra-op threads (not spinning) in the caller's
-    thread and the vocoder's windows run on a pool of `threads` workers with one
+    front runs with `threads` intra-op threads (not spinning) on a thread of its
+    own and the vocoder's windows run on a pool of `threads` workers with one
     thread each: windows decode side by side, and the next sentence's front
     overlaps the current sentence's vocoder. Otherwise the original graph runs
     whole.
@@ -77,10 +81,11 @@ class PiperVoice:
         self.config = config
         self._session = session
         self._vocoder = vocoder
-        self._pool = None
+        self._pool = self._fronts = None
         self._workers = max(1, workers)
         if vocoder is not None:
-            self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix=f"vocoder-{voice_id}")
+            self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix=f"vocoder-{voice_id}")
+            self._fronts = ThreadPoolExecutor(1, thread_name_prefix=f"front-{voice_id}")
         self._scales = np.array(
             [config.noise_scale, length_scale or config.length_scale, config.noise_w],
             dtype=np.float32,
@@ -142,10 +147,13 @@ class PiperVoice:
             audio = np.concatenate([f.result() for f in self._decode(ids, first=False, spread=True)])
         return _clip(audio)
 
-    def _decode(self, ids: list[int], *, first: bool, spread: bool) -> list[Future[Samples]]:
+    def _decode(self, ids: list[int], *, first: bool, spread: bool,
+                cancelled: threading.Event | None = None) -> list[Future[Samples]]:
         """Run the front, then queue the vocoder's windows on the pool."""
         assert self._vocoder is not None and self._pool is not None
         z = self._session.run(None, self._inputs(ids))[0]
+        if cancelled is not None and cancelled.is_set():
+            return []
         windows = plan_windows(z.shape[-1], first=first, spread=first or spread, workers=self._workers)
         return [self._pool.submit(self._vocoder.decode, z, start, end) for start, end in windows]
 
@@ -153,64 +161,74 @@ class PiperVoice:
         """`(sentence index, samples, last of its sentence)` for each piece of audio, in order.
 
         Every sentence ends with exactly one `last` piece (empty if espeak found
-        nothing to say in it). Closing the iterator early cancels queued windows.
+        nothing to say in it). Fronts run on their own thread, `LOOKAHEAD` model
+        calls ahead of what is being yielded, so a long next sentence never
+        holds back audio that is ready; the second starts only once the first
+        window is out. Closing the iterator early cancels what is queued.
         """
-        if self._vocoder is None:
-            for index, sentence in enumerate(sentences):
-                pieces = [_clip(self._session.run(None, self._inputs(ids))[0].reshape(-1))
-                          for ids in self.phoneme_ids(sentence)]
-                yield from _mark_last(index, pieces)
+        if self._vocoder is None or self._fronts is None:
+            yield from by_sentence(self, sentences)
             return
-        pending: deque[tuple[int, Future[Samples] | None, bool]] = deque()
-        first = True
+        calls = [(index, ids, n == len(ids_list) - 1)
+                 for index, sentence in enumerate(sentences)
+                 for ids_list in [self.phoneme_ids(sentence) or [[]]]
+                 for n, ids in enumerate(ids_list)]
+        cancelled = threading.Event()
+        queued: deque[tuple[int, bool, Future[list[Future[Samples]]] | None]] = deque()
+        current: list[Future[Samples]] = []
+
+        def top_up(ahead: int) -> None:
+            while calls and len(queued) < ahead:
+                index, ids, last = calls.pop(0)
+                job = None
+                if ids:
+                    assert self._fronts is not None
+                    job = self._fronts.submit(self._decode, ids, first=not queued and not started,
+                                              spread=not calls, cancelled=cancelled)
+                queued.append((index, last, job))
+
+        started = False
         try:
-            for index, sentence in enumerate(sentences):
-                calls = self.phoneme_ids(sentence)
-                if not calls:
-                    pending.append((index, None, True))
-                for n, ids in enumerate(calls):
-                    final = index == len(sentences) - 1 and n == len(calls) - 1
-                    futures = self._decode(ids, first=first, spread=final)
-                    pending.extend((index, f, n == len(calls) - 1 and i == len(futures) - 1)
-                                   for i, f in enumerate(futures))
-                    if first:  # the first window is what the listener waits for: nothing competes with it
-                        yield _take(pending)
-                        first = False
-                    while pending and (pending[0][1] is None or pending[0][1].done()):
-                        yield _take(pending)
-            while pending:
-                yield _take(pending)
+            top_up(1)
+            while queued:
+                index, last, job = queued.popleft()
+                current = job.result() if job is not None else []
+                if not current:
+                    yield index, np.zeros(0, dtype=np.float32), last
+                for n, window in enumerate(current):
+                    samples = _clip(window.result())
+                    if not started:  # the first window is out: fronts may now run ahead
+                        started = True
+                        top_up(LOOKAHEAD)
+                    yield index, samples, last and n == len(current) - 1
+                top_up(LOOKAHEAD)
         finally:
-            for _, future, _ in pending:
-                if future is not None:
-                    future.cancel()
+            cancelled.set()
+            for window in current:
+                window.cancel()
+            for _, _, job in queued:  # a running front sees `cancelled` and queues nothing
+                if job is not None and not job.cancel() and job.done() and job.exception() is None:
+                    for window in job.result():
+                        window.cancel()
 
     def synthesize_sentence(self, sentence: str) -> Iterator[Samples]:
+        if self._vocoder is None:
+            for ids in self.phoneme_ids(sentence):
+                yield _clip(self._session.run(None, self._inputs(ids))[0].reshape(-1))
+            return
         for _, samples, _ in self.stream([sentence]):
             if samples.size:
                 yield samples
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._fronts, self._pool):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
         self._session = None
 
 
 def _clip(audio: Samples) -> Samples:
     return np.clip(audio, -1.0, 1.0).astype(np.float32, copy=False)
-
-
-def _take(pending: deque[tuple[int, Future[Samples] | None, bool]]) -> tuple[int, Samples, bool]:
-    index, future, last = pending.popleft()
-    samples = _clip(future.result()) if future is not None else np.zeros(0, dtype=np.float32)
-    return index, samples, last
-
-
-def _mark_last(index: int, pieces: list[Samples]) -> Iterator[tuple[int, Samples, bool]]:
-    if not pieces:
-        yield index, np.zeros(0, dtype=np.float32), True
-    for n, samples in enumerate(pieces):
-        yield index, samples, n == len(pieces) - 1
 
 
 def _load_split(model: Path, prepared_dir: Path, threads: int) -> tuple[Any, Vocoder] | None:

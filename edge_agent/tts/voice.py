@@ -64,7 +64,8 @@ class StreamingVoice(Voice, Protocol):
         ...
 
 
-def _by_sentence(voice: Voice, sentences: list[str]) -> Iterator[tuple[int, Samples, bool]]:
+def by_sentence(voice: Voice, sentences: list[str]) -> Iterator[tuple[int, Samples, bool]]:
+    """`StreamingVoice.stream` for any voice: one sentence after the other."""
     for index, sentence in enumerate(sentences):
         pending: Samples = np.zeros(0, dtype=np.float32)
         for n, samples in enumerate(voice.synthesize_sentence(sentence)):
@@ -84,7 +85,7 @@ def synthesize_sentences(voice: Voice, sentences: list[str], silence_s: float = 
     """Like `synthesize`, for sentences `start..` of an already split text (indices kept)."""
     gap = np.zeros(round(silence_s * voice.sample_rate), dtype=np.float32)
     todo = sentences[start:]
-    pieces = voice.stream(todo) if isinstance(voice, StreamingVoice) else _by_sentence(voice, todo)
+    pieces = voice.stream(todo) if isinstance(voice, StreamingVoice) else by_sentence(voice, todo)
     for index, samples, last in pieces:
         if last:
             yield AudioChunk(np.concatenate([samples, gap]) if gap.size else samples,

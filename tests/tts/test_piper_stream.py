@@ -205,3 +205,32 @@ def test_the_registry_prepares_once_per_model_hash_and_can_be_told_not_to(shared
         assert isinstance(voice, PiperVoice) and not voice.streaming
     finally:
         plain.close()
+
+
+def test_a_slow_next_front_does_not_hold_back_audio_that_is_ready(streaming: PiperVoice) -> None:
+    real = streaming._session
+    release = threading.Event()
+    long_ids = len(streaming.phoneme_ids(LONG)[0])
+
+    class GatedFront:
+        def run(self, names, feed):
+            if feed["input"].shape[1] == long_ids:  # the second sentence's front stalls
+                assert release.wait(30)
+            return real.run(names, feed)
+
+    streaming._session = GatedFront()
+    try:
+        stream = streaming.stream(["Dinner is ready.", LONG])
+        first_sentence = []
+        for index, samples, last in stream:
+            assert index == 0, "sentence 1 cannot be ready: its front is stalled"
+            first_sentence.append(samples)
+            if last:
+                break
+        assert len(first_sentence) >= 2 and not release.is_set()
+        release.set()
+        rest = list(stream)
+        assert rest and {i for i, _, _ in rest} == {1} and rest[-1][2]
+    finally:
+        release.set()
+        streaming._session = real
