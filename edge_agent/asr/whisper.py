@@ -138,8 +138,12 @@ class WhisperOnnx:
 
     @staticmethod
     def load(directory: Path, variant: str | None = None, threads: int = 2,
-             *, verify: bool = True) -> WhisperOnnx:
-        """Load `variant` (default: the manifest's) from an export directory."""
+             *, decoder_threads: int | None = None, verify: bool = True) -> WhisperOnnx:
+        """Load `variant` (default: the manifest's) from an export directory.
+
+        `threads` is the encoder's intra-op thread count, `decoder_threads` the
+        decoder's (default: the same).
+        """
         manifest = load_manifest(directory)
         chosen = manifest.variant(variant or None)
         if manifest.sample_rate != SAMPLE_RATE:
@@ -148,7 +152,7 @@ class WhisperOnnx:
             verify_files(manifest, [chosen.encoder, chosen.decoder, "tokenizer.json"])
         started = time.perf_counter()
         encoder = make_session(directory / chosen.encoder, threads)
-        decoder = make_session(directory / chosen.decoder, threads)
+        decoder = make_session(directory / chosen.decoder, decoder_threads or threads)
         tokenizer = Tokenizer.load(manifest.tokenizer_path)
         _check_io(encoder, {"mel"}, directory / chosen.encoder)
         _check_io(decoder, {"tokens", "self_k_in", "self_v_in", "cross_k", "cross_v", "offset"},
@@ -159,7 +163,8 @@ class WhisperOnnx:
 
     @staticmethod
     def from_settings(asr: AsrSettings, models: ModelSettings) -> WhisperOnnx:
-        return WhisperOnnx.load(resolve_export_dir(asr, models), asr.variant or None, asr.threads)
+        return WhisperOnnx.load(resolve_export_dir(asr, models), asr.variant or None, asr.threads,
+                                decoder_threads=asr.decoder_threads)
 
     # -- prompt and logit filters ---------------------------------------------------
 

@@ -246,7 +246,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     sizes: dict[str, float] = {}
     default_model: WhisperOnnx | None = None
     for variant in wanted:
-        model = WhisperOnnx.load(export_dir, variant, asr.threads)
+        model = WhisperOnnx.load(export_dir, variant, asr.threads, decoder_threads=asr.decoder_threads)
         engines[f"ours-{variant}"] = _ours(model, padding, asr.max_tokens)
         files = manifest.variants[variant]
         sizes[variant] = sum((export_dir / f).stat().st_size for f in (files.encoder, files.decoder)) / 1e6
