@@ -237,7 +237,8 @@ class WhisperOnnx:
             )
             if step == 0 and self.tokens.no_speech is not None:
                 no_speech = float(_softmax(logits[0, 0].astype(np.float64))[self.tokens.no_speech])
-            last = logits[0, -1].astype(np.float64)
+            # float32 throughout: a float64 copy of the 51k logits cost more than the rest of the step's numpy
+            last = logits[0, -1].copy()
             last[self._suppress] = -np.inf
             if step == 0:
                 last[self._blank] = -np.inf
@@ -315,10 +316,10 @@ def _softmax(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return out
 
 
-def _log_softmax_at(x: npt.NDArray[np.float64], index: int) -> float:
-    finite = x[np.isfinite(x)]
-    top = finite.max()
-    return float(x[index] - top - np.log(np.exp(finite - top).sum()))
+def _log_softmax_at(x: npt.NDArray[np.floating[Any]], index: int) -> float:
+    """log softmax(x)[index]; entries of -inf (suppressed tokens) count as probability 0."""
+    top = x.max()
+    return float(x[index] - top - np.log(np.exp(x - top).sum(dtype=np.float64)))
 
 
 def _check_io(session: Any, expected: set[str], path: Path) -> None:
