@@ -146,7 +146,7 @@ class AsrSettings:
     model: str = "whisper-tiny.en"
     """Source model id (its export lives in `<models.cache_dir>/exported/<id>/`) or an export directory."""
     variant: str = ""
-    """Exported variant (fp32, int8, fp16, int8-static); empty uses the manifest's default."""
+    """Exported variant (fp32, int8, fp16, int4, int8-static); empty uses the manifest's default."""
     threads: int = 2
     """onnxruntime intra-op threads for the encoder."""
     decoder_threads: int = 1
