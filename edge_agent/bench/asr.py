@@ -91,28 +91,25 @@ def measure(engines: dict[str, Transcribe], clips: list[Clip], audio: list[Float
 
 
 class _Ours:
-    """Our runtime as a `Transcribe`, adding up where the time goes."""
+    """Our runtime as a `Transcribe`, keeping each call's time per stage and decoder steps."""
 
     def __init__(self, model: WhisperOnnx, padding: Padding, max_tokens: int) -> None:
         self.model, self.padding, self.max_tokens = model, padding, max_tokens
-        self.stages = {"features": 0.0, "encoder": 0.0, "decoder": 0.0}
-        self.calls = 0
-        self.steps = 0
+        self.calls: list[tuple[float, float, float, int]] = []
 
     def __call__(self, audio: Float32) -> str:
         result = self.model.recognize(audio, self.padding, max_tokens=self.max_tokens)
         t = result.timings
-        for name, spent in (("features", t.features), ("encoder", t.encoder), ("decoder", t.decoder)):
-            self.stages[name] += spent
-        self.calls += 1
-        self.steps += len(result.tokens) + 1
+        self.calls.append((t.features, t.encoder, t.decoder, len(result.tokens) + 1))
         return result.text
 
-    def report(self, passes: int) -> dict[str, float]:
-        """Seconds per pass over the clips in each stage, and milliseconds per decoder step."""
-        out = {k: v / passes for k, v in self.stages.items()}
-        out["ms_per_decoder_step"] = 1000 * self.stages["decoder"] / max(1, self.steps)
-        return out
+    def report(self, repeats: int) -> dict[str, float]:
+        """Seconds per stage over the clips (each clip's median repeat, as `measure` times them)."""
+        runs = np.array(self.calls[1:], dtype=np.float64)  # the first call is `measure`'s warm-up
+        per_clip = np.median(runs.reshape(-1, max(1, repeats), 4), axis=1)
+        features, encoder, decoder, steps = per_clip.sum(axis=0)
+        return {"features": float(features), "encoder": float(encoder), "decoder": float(decoder),
+                "ms_per_decoder_step": 1000 * float(decoder) / max(1.0, float(steps))}
 
 
 def _source_dir(ctx: Context, manifest_source: Any) -> Path | None:
@@ -289,10 +286,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             if fn is not None:
                 engines[name] = fn
     results = measure(engines, clips, audio, args.repeats)
-    passes = max(1, args.repeats) + 1 / len(audio)  # the warm-up ran once on the first clip
     for variant, size in sizes.items():
         results[f"ours-{variant}"]["size_mb"] = size
-        results[f"ours-{variant}"]["stages_s"] = ours_engines[variant].report(passes)
+        results[f"ours-{variant}"]["stages_s"] = ours_engines[variant].report(args.repeats)
     ours = results.get(f"ours-{default}")
     fw, pt = results.get("faster-whisper-int8"), results.get("torch-fp32")
     summary: dict[str, Any] = {
