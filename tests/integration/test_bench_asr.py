@@ -10,7 +10,8 @@ pytestmark = pytest.mark.slow
 
 def test_bench_asr_reports_ratios_wer_latency_vad_and_peak_rss(whisper_dir):
     result = run_cli("bench", "asr", "--json", "--clips", "2", "--voices", "espeak", "--repeats", "1",
-                     "--variants", "int8", "--set", f"asr.model={whisper_dir}", timeout=900)
+                     "--variants", "int8", "--set", f"asr.model={whisper_dir}", "--set", "asr.variant=int8",
+                     timeout=900)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     engines = report["engines"]

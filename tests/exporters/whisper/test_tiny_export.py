@@ -93,7 +93,8 @@ def test_decoder_stores_the_embedding_once(tiny):
     assert any(n.op_type == "Gemm" and n.input[1] == big[0].name for n in graph.node)
 
 
-@pytest.mark.parametrize(("mode", "atol"), [("int8-matmul", 1.0), ("fp16", 0.05), ("int4-block", 1.0)])
+# 4-bit blocks are coarse on random weights (real tiny.en: max logit diff ~7, the same words as fp32).
+@pytest.mark.parametrize(("mode", "atol"), [("int8-matmul", 1.0), ("fp16", 0.05), ("int4-block", 8.0)])
 def test_quantized_variants_load_and_stay_close_to_fp32(tiny, tmp_path, mode, atol):
     model, out = tiny
     for part in ("encoder", "decoder"):
@@ -104,6 +105,7 @@ def test_quantized_variants_load_and_stay_close_to_fp32(tiny, tmp_path, mode, at
     expected = ref_mod.teacher_forced_logits(model, mel, tokens)
     got = runner.teacher_forced_logits(mel, tokens)
     assert np.abs(got - expected).max() < atol
+    assert np.corrcoef(got.ravel(), expected.ravel())[0, 1] > 0.95
     assert (tmp_path / "decoder.onnx").stat().st_size < (out / "decoder.fp32.onnx").stat().st_size * 0.6
     if mode == "int8-matmul":
         ops = {n.op_type for n in onnx.load(str(tmp_path / "encoder.onnx")).graph.node}
