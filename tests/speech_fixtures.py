@@ -108,7 +108,7 @@ def whisper_dir(shared_cache: Path) -> Path:
     progress = Progress(quiet=True)
     source = resolve_source(WHISPER_SOURCE, store, progress)
     out = shared_cache / "exported-tests" / f"tiny.en-{source.sha256[:16]}"
-    options = ExportOptions(variants=("fp32", "int8", "fp16"))
+    options = ExportOptions(variants=("fp32", "int8", "fp16", "int4"))
     if not up_to_date(out, source, options):
         export_whisper(source, out, clip_set(shared_cache, store), options, progress)
     return out

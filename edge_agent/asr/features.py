@@ -83,20 +83,39 @@ def log_mel_spectrogram(audio: Float32, n_mels: int = 80, padding: int = 0) -> F
     signal = np.asarray(audio, dtype=np.float32)
     if signal.ndim != 1:
         raise ValueError(f"expected mono audio, got shape {signal.shape}")
-    if padding > 0:
-        signal = np.concatenate([signal, np.zeros(padding, dtype=np.float32)])
-    n_frames = signal.size // HOP_LENGTH
+    n_frames = (signal.size + max(0, padding)) // HOP_LENGTH
     if n_frames == 0:
         return np.zeros((n_mels, 0), dtype=np.float32)
     half = N_FFT // 2
-    if signal.size <= half:
-        raise ValueError(f"need more than {half} samples for reflect padding, got {signal.size}")
-    padded = np.pad(signal, (half, half), mode="reflect")
+    if signal.size + max(0, padding) <= half:
+        raise ValueError(f"need more than {half} samples for reflect padding, got {signal.size + padding}")
+    live = min(n_frames, _live_frames(signal.size))
+    if live < n_frames:
+        # A frame whose window holds only padding has zero power, so its log-mel is the
+        # floor log10(1e-10) = -10 before clamping: only the frames that see audio need an STFT.
+        tail = (live - 1) * HOP_LENGTH + half + 1 - signal.size
+        signal = np.concatenate([signal, np.zeros(max(tail, half + 1), dtype=np.float32)])
+        log_spec = np.full((n_mels, n_frames), -10.0, dtype=np.float32)
+        log_spec[:, :live] = _log10_mel(np.pad(signal, (half, 0), mode="reflect"), live, n_mels)
+    else:
+        if padding > 0:
+            signal = np.concatenate([signal, np.zeros(padding, dtype=np.float32)])
+        log_spec = _log10_mel(np.pad(signal, (half, half), mode="reflect"), n_frames, n_mels)
+    log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
+    out: Float32 = ((log_spec + 4.0) / 4.0).astype(np.float32)
+    return out
+
+
+def _live_frames(n_audio: int) -> int:
+    """Frames whose 400-sample window (centred on frame * 160) overlaps `n_audio` samples."""
+    return -(-(n_audio + N_FFT // 2) // HOP_LENGTH)
+
+
+def _log10_mel(padded: Float32, n_frames: int, n_mels: int) -> Float32:
+    """log10 mel power of the first `n_frames` STFT frames of an already reflect-padded signal."""
     frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_LENGTH][:n_frames]
     spectrum = np.fft.rfft(frames * _window().astype(np.float32), axis=-1)
     power = (spectrum.real**2 + spectrum.imag**2).astype(np.float32)
     mel = mel_filters(n_mels) @ power.T
-    log_spec = np.log10(np.maximum(mel, 1e-10))
-    log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
-    out: Float32 = ((log_spec + 4.0) / 4.0).astype(np.float32)
+    out: Float32 = np.log10(np.maximum(mel, 1e-10)).astype(np.float32)
     return out

@@ -138,8 +138,12 @@ class WhisperOnnx:
 
     @staticmethod
     def load(directory: Path, variant: str | None = None, threads: int = 2,
-             *, verify: bool = True) -> WhisperOnnx:
-        """Load `variant` (default: the manifest's) from an export directory."""
+             *, decoder_threads: int | None = None, verify: bool = True) -> WhisperOnnx:
+        """Load `variant` (default: the manifest's) from an export directory.
+
+        `threads` is the encoder's intra-op thread count, `decoder_threads` the
+        decoder's (default: the same).
+        """
         manifest = load_manifest(directory)
         chosen = manifest.variant(variant or None)
         if manifest.sample_rate != SAMPLE_RATE:
@@ -148,7 +152,7 @@ class WhisperOnnx:
             verify_files(manifest, [chosen.encoder, chosen.decoder, "tokenizer.json"])
         started = time.perf_counter()
         encoder = make_session(directory / chosen.encoder, threads)
-        decoder = make_session(directory / chosen.decoder, threads)
+        decoder = make_session(directory / chosen.decoder, decoder_threads or threads)
         tokenizer = Tokenizer.load(manifest.tokenizer_path)
         _check_io(encoder, {"mel"}, directory / chosen.encoder)
         _check_io(decoder, {"tokens", "self_k_in", "self_v_in", "cross_k", "cross_v", "offset"},
@@ -159,7 +163,8 @@ class WhisperOnnx:
 
     @staticmethod
     def from_settings(asr: AsrSettings, models: ModelSettings) -> WhisperOnnx:
-        return WhisperOnnx.load(resolve_export_dir(asr, models), asr.variant or None, asr.threads)
+        return WhisperOnnx.load(resolve_export_dir(asr, models), asr.variant or None, asr.threads,
+                                decoder_threads=asr.decoder_threads)
 
     # -- prompt and logit filters ---------------------------------------------------
 
@@ -232,7 +237,8 @@ class WhisperOnnx:
             )
             if step == 0 and self.tokens.no_speech is not None:
                 no_speech = float(_softmax(logits[0, 0].astype(np.float64))[self.tokens.no_speech])
-            last = logits[0, -1].astype(np.float64)
+            # float32 throughout: a float64 copy of the 51k logits cost more than the rest of the step's numpy
+            last = logits[0, -1].copy()
             last[self._suppress] = -np.inf
             if step == 0:
                 last[self._blank] = -np.inf
@@ -310,10 +316,10 @@ def _softmax(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return out
 
 
-def _log_softmax_at(x: npt.NDArray[np.float64], index: int) -> float:
-    finite = x[np.isfinite(x)]
-    top = finite.max()
-    return float(x[index] - top - np.log(np.exp(finite - top).sum()))
+def _log_softmax_at(x: npt.NDArray[np.floating[Any]], index: int) -> float:
+    """log softmax(x)[index]; entries of -inf (suppressed tokens) count as probability 0."""
+    top = x.max()
+    return float(x[index] - top - np.log(np.exp(x - top).sum(dtype=np.float64)))
 
 
 def _check_io(session: Any, expected: set[str], path: Path) -> None:

@@ -62,7 +62,7 @@ def tiny_en_export(shared_cache: Path, store: ModelStore, clips: list[Clip]) -> 
     progress = Progress(quiet=True)
     source = resolve_source("whisper-tiny.en", store, progress)
     out = shared_cache / "exported-tests" / f"tiny.en-{source.sha256[:16]}"
-    options = ExportOptions(variants=("fp32", "int8", "fp16"))
+    options = ExportOptions(variants=("fp32", "int8", "fp16", "int4"))
     if not (up_to_date(out, source, options) and not verify_dir(out, 2, progress)):
         shutil.rmtree(out, ignore_errors=True)
         export_whisper(source, out, clips, options, progress)

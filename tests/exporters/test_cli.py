@@ -85,7 +85,7 @@ def test_truncated_model_bin_is_reported_and_nothing_is_written(capsys, tmp_path
 
 
 def test_unknown_variant_is_a_usage_error(capsys):
-    _fails_with(capsys, ["whisper", "--source", "whisper-tiny.en", "--variants", "fp32,int4"], "int4")
+    _fails_with(capsys, ["whisper", "--source", "whisper-tiny.en", "--variants", "fp32,int2"], "int2")
 
 
 def test_out_dir_with_foreign_files_is_not_replaced(capsys, tmp_path, tiny_whisper):

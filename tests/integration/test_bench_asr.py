@@ -12,7 +12,8 @@ def test_bench_asr_reports_ratios_wer_latency_vad_and_peak_rss(whisper_dir):
     fetched = run_cli("models", "fetch", "silero-vad", timeout=300)  # the bench measures it where present
     assert fetched.returncode == 0, fetched.stderr
     result = run_cli("bench", "asr", "--json", "--clips", "2", "--voices", "espeak", "--repeats", "1",
-                     "--variants", "int8", "--set", f"asr.model={whisper_dir}", timeout=900)
+                     "--variants", "int8", "--set", f"asr.model={whisper_dir}", "--set", "asr.variant=int8",
+                     timeout=900)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     engines = report["engines"]
@@ -29,8 +30,17 @@ def test_bench_asr_reports_ratios_wer_latency_vad_and_peak_rss(whisper_dir):
     assert report["vad"]["silero"]["utterances"] == 2
     assert report["peak_rss_mb"] > 50
     assert report["rss"]["transcripts"]
+    stages = engines["ours-int8"]["stages_s"]
+    assert stages["encoder"] > 0 and stages["decoder"] > 0 and stages["ms_per_decoder_step"] > 0
+    assert report["reference_padding"].startswith("30 s")
+    goals = report["goals"]
+    assert set(goals) == {"ratio", "torch_ratio", "peak_rss_mb"}
+    assert goals["peak_rss_mb"]["met"] == (report["peak_rss_mb"] <= goals["peak_rss_mb"]["target"])
+    if report["ratio"] is not None:
+        wer_ok = goals["ratio"]["wer_le_faster_whisper"]
+        assert goals["ratio"]["met"] == (report["ratio"] <= goals["ratio"]["target"] and wer_ok)
 
 
 def test_bench_asr_refuses_a_variant_that_was_not_exported(whisper_dir):
-    result = run_cli("bench", "asr", "--variants", "int4", "--set", f"asr.model={whisper_dir}")
-    assert result.returncode == 2 and "int4 not exported" in result.stderr
+    result = run_cli("bench", "asr", "--variants", "int2", "--set", f"asr.model={whisper_dir}")
+    assert result.returncode == 2 and "int2 not exported" in result.stderr

@@ -62,7 +62,8 @@ def test_manifest_holds_what_the_runtime_needs(manifest: dict, tiny_en_export: P
     assert [i["name"] for i in dec["inputs"]] == ["tokens", "self_k_in", "self_v_in", "cross_k", "cross_v",
                                                  "offset"]
     assert [o["name"] for o in dec["outputs"]] == ["logits", "self_k_out", "self_v_out"]
-    assert set(manifest["variants"]) == {"fp32", "int8", "fp16"}
+    assert set(manifest["variants"]) == {"fp32", "int8", "fp16", "int4"}
+    assert manifest["variants"]["int4"]["mode"] == "encoder int8-matmul, decoder int4-block"
     for name, v in manifest["variants"].items():
         assert {"files", "size_bytes", "load_s", "rtf", "max_logit_diff", "wer"} <= set(v), name
         for f in v["files"].values():

@@ -46,3 +46,30 @@ def test_log_mel_equals_openai_whispers(clip, padding):
     ours = log_mel_spectrogram(clip, 80, padding=padding)
     assert ours.shape == reference.shape
     np.testing.assert_allclose(ours, reference, atol=1e-4)
+
+
+def _full_stft(audio, n_mels, padding):
+    """The reference computation: every frame of the zero-padded signal through the STFT."""
+    from edge_agent.asr.features import HOP_LENGTH, N_FFT, _window
+
+    signal = np.concatenate([audio, np.zeros(padding, np.float32)])
+    padded = np.pad(signal, (N_FFT // 2, N_FFT // 2), mode="reflect")
+    frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_LENGTH][:signal.size // HOP_LENGTH]
+    spectrum = np.fft.rfft(frames * _window(), axis=-1)
+    mel = mel_filters(n_mels) @ (np.abs(spectrum) ** 2).T
+    log_spec = np.log10(np.maximum(mel, 1e-10))
+    return (np.maximum(log_spec, log_spec.max() - 8.0) + 4.0) / 4.0
+
+
+@pytest.mark.parametrize("n_samples", [201, 399, 16000, 16001, 40123])
+@pytest.mark.parametrize("padding", [0, 1, 199, 361, 5000, 480000 - 40123])
+def test_padding_frames_skip_the_stft_but_equal_the_full_computation(n_samples, padding):
+    audio = np.random.default_rng(n_samples).normal(0, 0.1, n_samples).astype(np.float32)
+    ours = log_mel_spectrogram(audio, 80, padding=padding)
+    np.testing.assert_allclose(ours, _full_stft(audio, 80, padding), atol=2e-5)
+
+
+def test_short_audio_in_long_padding_reflects_the_padding_too():
+    audio = np.random.default_rng(1).normal(0, 0.1, 120).astype(np.float32)
+    np.testing.assert_allclose(log_mel_spectrogram(audio, 80, padding=3000),
+                               _full_stft(audio, 80, 3000), atol=2e-5)

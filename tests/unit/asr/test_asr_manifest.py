@@ -49,8 +49,8 @@ def test_a_missing_or_broken_manifest_is_a_model_error(tmp_path):
 
 
 def test_an_unknown_variant_names_the_exported_ones(whisper_dir):
-    with pytest.raises(ModelError, match=r"no variant 'int4' \(exported: .*int8"):
-        WhisperOnnx.load(whisper_dir, "int4")
+    with pytest.raises(ModelError, match=r"no variant 'int2' \(exported: .*int8"):
+        WhisperOnnx.load(whisper_dir, "int2")
 
 
 def test_failed_variants_are_not_offered(export_copy):

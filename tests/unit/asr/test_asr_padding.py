@@ -37,3 +37,16 @@ def test_repetition_loops_are_degenerate_and_normal_commands_are_not():
     assert degenerate(result("la", token_budget(1.0)), token_budget(1.0))
     assert not degenerate(result("Turn on the kitchen lights.", 6), token_budget(1.5))
     assert not degenerate(result("Remind me to call my mother at six o'clock this evening.", 14), 40)
+
+
+def test_log_softmax_in_float32_matches_float64_and_ignores_suppressed_tokens():
+    import numpy as np
+
+    from edge_agent.asr.whisper import _log_softmax_at
+
+    logits = np.random.default_rng(0).normal(0, 4, 51864).astype(np.float32)
+    logits[::7] = -np.inf
+    token = int(np.argmax(logits))
+    finite = logits[np.isfinite(logits)].astype(np.float64)
+    expected = logits[token] - finite.max() - np.log(np.exp(finite - finite.max()).sum())
+    assert _log_softmax_at(logits, token) == pytest.approx(expected, abs=1e-5)
