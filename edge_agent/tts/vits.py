@@ -120,6 +120,8 @@ def receptive_context(nodes: list[Any], latent: str) -> tuple[int, int]:
         extent = max(reach[i] for i in inputs)
         if node.op_type == "Conv":
             a = _attrs(node)
+            if a.get("strides", [1]) != [1]:
+                raise UnsupportedGraph(f"{node.name}: a strided convolution in the vocoder")
             kernel, dilation = a["kernel_shape"][0], a.get("dilations", [1])[0]
             extent += dilation * (kernel - 1) / 2 / r
         elif node.op_type == "ConvTranspose":
