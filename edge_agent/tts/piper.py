@@ -239,6 +239,10 @@ def _load_split(model: Path, prepared_dir: Path, threads: int) -> tuple[Any, Voc
         except UnsupportedGraph as exc:
             log.info("%s: vocoder runs whole (%s)", model.name, exc)
             return None
+        except OSError as exc:  # a read-only or full cache must not cost the voice
+            log.warning("%s: cannot prepare the split in %s (%s); the vocoder runs whole",
+                        model.name, prepared_dir, exc)
+            return None
         try:
             # No spinning: the vocoder's workers need the cores the moment the front is done.
             front = make_session(prepared.front, threads, spin=False)

@@ -234,3 +234,14 @@ def test_a_slow_next_front_does_not_hold_back_audio_that_is_ready(streaming: Pip
     finally:
         release.set()
         streaming._session = real
+
+
+def test_an_unwritable_cache_costs_the_split_not_the_voice(model: Path, tmp_path: Path) -> None:
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache directory should be")  # fails for root too
+    voice = PiperVoice.load(VOICE, model, threads=1, prepared_dir=blocked / "prepared" / "joe")
+    try:
+        assert not voice.streaming
+        assert sum(s.size for _, s, _ in voice.stream(["Hello."])) > 0
+    finally:
+        voice.close()
