@@ -212,13 +212,12 @@ class PiperVoice:
                         window.cancel()
 
     def synthesize_sentence(self, sentence: str) -> Iterator[Samples]:
-        if self._vocoder is None:
-            for ids in self.phoneme_ids(sentence):
-                yield _clip(self._session.run(None, self._inputs(ids))[0].reshape(-1))
-            return
-        for _, samples, _ in self.stream([sentence]):
-            if samples.size:
-                yield samples
+        """One piece per model call: for callers that want whole sentences (the server).
+
+        No small first window here: `stream` is the path for first audio soon.
+        """
+        for ids in self.phoneme_ids(sentence):
+            yield self.synthesize_ids(ids)
 
     def close(self) -> None:
         for pool in (self._fronts, self._pool):
