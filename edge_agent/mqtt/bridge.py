@@ -267,6 +267,7 @@ class Bridge:
                  "resumed" if flags.session_present else "new")
         with self._lock:
             self._subs_dirty = True
+            self._pending_subs.clear()  # a SUBACK owed on the old connection never comes
             if not flags.session_present:
                 self._subscribed = set()  # a new session has no subscriptions to remove
         if self._on_connect is not None:
