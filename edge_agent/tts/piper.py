@@ -154,7 +154,7 @@ class PiperVoice:
         z = self._session.run(None, self._inputs(ids))[0]
         if cancelled is not None and cancelled.is_set():
             return []
-        windows = plan_windows(z.shape[-1], first=first, spread=first or spread, workers=self._workers)
+        windows = plan_windows(z.shape[-1], first=first, spread=spread, workers=self._workers)
         return [self._pool.submit(self._vocoder.decode, z, start, end) for start, end in windows]
 
     def stream(self, sentences: list[str]) -> Iterator[tuple[int, Samples, bool]]:

@@ -290,14 +290,14 @@ def prepare(model_path: Path, directory: Path) -> Prepared:
     return Prepared(directory / "front.onnx", directory / "vocoder.onnx", info)
 
 
-def plan_windows(frames: int, *, first: bool, spread: bool | None = None,
+def plan_windows(frames: int, *, first: bool, spread: bool = False,
                  workers: int = 2) -> list[tuple[int, int]]:
     """`[start, end)` latent frames of each window.
 
     The first sentence of a stream starts with `FIRST_FRAMES`, then `GROWTH`
     times that, so playback begins early and never waits for the next window.
-    With `spread` (the default for the first sentence; the caller sets it for
-    the last one, when nothing else is left to overlap) what remains is cut into
+    For the first sentence, and with `spread` (the caller sets it for the last
+    one, when nothing else is left to overlap), what remains is cut into
     at least `workers` equal windows, which the pool decodes side by side.
     Otherwise a sentence is cut only where it exceeds `MAX_FRAMES` (each cut
     costs `2 x context` frames of overlap) and runs beside the next sentence's
@@ -315,7 +315,7 @@ def plan_windows(frames: int, *, first: bool, spread: bool | None = None,
     rest = frames - start
     if rest > 0:
         pieces = math.ceil(rest / MAX_FRAMES)
-        if first if spread is None else spread:
+        if first or spread:
             pieces = max(pieces, min(workers, rest // FIRST_FRAMES))
         bounds = [start + round(i * rest / pieces) for i in range(pieces + 1)]
         windows.extend(itertools.pairwise(bounds))
