@@ -1,0 +1,65 @@
+"""Weights kept beside a model (onnx external data), read once and shared by its sessions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from edge_agent.errors import ModelError
+from edge_agent.runtime import load_weights, make_session
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    """y = x @ W + b, with W and b stored in `weights.bin`."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    b = rng.standard_normal(32).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
+    path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path),
+              save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    return path
+
+
+def test_sessions_sharing_weights_compute_what_the_model_does(model: Path) -> None:
+    weights = load_weights(model)
+    assert set(weights) == {"W", "b"}
+    x = np.ones((1, 64), np.float32)
+    expected = make_session(model, 1).run(None, {"x": x})[0]
+    for threads in (1, 2):
+        got = make_session(model, threads, weights=weights).run(None, {"x": x})[0]
+        assert np.array_equal(got, expected)
+
+
+def test_truncated_weights_are_a_model_error(model: Path) -> None:
+    data = model.parent / "weights.bin"
+    data.write_bytes(data.read_bytes()[:100])
+    with pytest.raises(ModelError, match="weights.bin ends inside"):
+        load_weights(model)
+
+
+def test_weights_stored_outside_the_models_directory_are_refused(model: Path) -> None:
+    proto = onnx.load(str(model), load_external_data=False)
+    for init in proto.graph.initializer:
+        for entry in init.external_data:
+            if entry.key == "location":
+                entry.value = "../../etc/passwd"
+    onnx.save(proto, str(model))
+    with pytest.raises(ModelError, match="outside the model's directory"):
+        load_weights(model)
+
+
+def test_a_model_that_is_not_onnx_is_a_model_error(tmp_path: Path) -> None:
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"\x00not a model" * 10)
+    with pytest.raises(ModelError, match="cannot read its weights"):
+        load_weights(path)
