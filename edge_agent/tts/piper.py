@@ -8,7 +8,7 @@ import shutil
 import threading
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from edge_agent.errors import ModelError
-from edge_agent.runtime import make_session
+from edge_agent.runtime import load_weights, make_session
 from edge_agent.tts.normalize import normalize
 from edge_agent.tts.phonemes import espeak_phonemes
+from edge_agent.tts.pool import PriorityPool
 from edge_agent.tts.sentences import split_sentences
 from edge_agent.tts.vits import UnsupportedGraph, Vocoder, plan_windows, prepare
 from edge_agent.tts.voice import Samples, by_sentence
@@ -28,7 +29,12 @@ log = logging.getLogger(__name__)
 _BOS, _EOS, _PAD = "^", "$", "_"
 
 LOOKAHEAD = 2
-"""Model calls whose fronts may run ahead of the audio being yielded."""
+"""Model calls after the one being yielded whose fronts may already run."""
+
+URGENT, FRONT, WINDOW = -1, 0, 1
+"""Pool priorities: the window playback starts with, then fronts (each one feeds
+the workers more windows, so the pool never runs dry at a sentence's end), then
+the other windows in order."""
 
 
 @dataclass(frozen=True)
@@ -66,26 +72,30 @@ class PiperConfig:
 class PiperVoice:
     """A loaded Piper voice. `stream` yields float32 audio, window by window.
 
-    When the graph could be split (see `edge_agent.tts.vits`), the acoustic
-    front runs with `threads` intra-op threads (not spinning) on a thread of its
-    own and the vocoder's windows run on a pool of `threads` workers with one
-    thread each: windows decode side by side, and the next sentence's front
-    overlaps the current sentence's vocoder. Otherwise the original graph runs
-    whole.
+    When the graph could be split (see `edge_agent.tts.vits`), every job is
+    single-threaded and runs on a pool of `threads` workers: the vocoder's
+    windows, and the fronts of the sentences after the first, so the next
+    sentence's front runs beside the current one's windows and no core is ever
+    asked to run two threads. Only the first front of a stream, when nothing
+    else can run yet, takes every core (`threads` intra-op threads, spinning
+    during the run). Both front sessions share one copy of the weights.
+    Otherwise the original graph runs whole.
     """
 
     def __init__(self, voice_id: str, session: Any, config: PiperConfig, length_scale: float | None = None,
-                 *, vocoder: Vocoder | None = None, workers: int = 1) -> None:
+                 *, vocoder: Vocoder | None = None, front: Any = None, workers: int = 1,
+                 weights: Any = None) -> None:
         self.id = voice_id
         self.sample_rate = config.sample_rate
         self.config = config
-        self._session = session
+        self._session = session  # the whole graph, or the front with every core
+        self._front = front if front is not None else session  # the front, single-threaded
+        self._weights = weights  # the sessions use these buffers in place: keep them alive
         self._vocoder = vocoder
-        self._pool = self._fronts = None
+        self._pool: PriorityPool | None = None
         self._workers = max(1, workers)
         if vocoder is not None:
-            self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix=f"vocoder-{voice_id}")
-            self._fronts = ThreadPoolExecutor(1, thread_name_prefix=f"front-{voice_id}")
+            self._pool = PriorityPool(self._workers, f"tts-{voice_id}")
         self._scales = np.array(
             [config.noise_scale, length_scale or config.length_scale, config.noise_w],
             dtype=np.float32,
@@ -99,8 +109,9 @@ class PiperVoice:
         if prepared_dir is not None:
             split = _load_split(model, prepared_dir, threads)
             if split is not None:
-                front, vocoder = split
-                return PiperVoice(voice_id, front, cfg, length_scale, vocoder=vocoder, workers=threads)
+                lead, front, vocoder, weights = split
+                return PiperVoice(voice_id, lead, cfg, length_scale, vocoder=vocoder, front=front,
+                                  workers=threads, weights=weights)
         return PiperVoice(voice_id, make_session(model, threads), cfg, length_scale)
 
     @property
@@ -144,64 +155,66 @@ class PiperVoice:
         if self._vocoder is None:
             audio: Samples = self._session.run(None, self._inputs(ids))[0].reshape(-1)
         else:
-            audio = np.concatenate([f.result() for f in self._decode(ids, first=False, spread=True)])
+            audio = np.concatenate([f.result() for f in self._decode(ids, self._session, first=False)])
         return _clip(audio)
 
-    def _decode(self, ids: list[int], *, first: bool, spread: bool,
+    def _decode(self, ids: list[int], session: Any, *, first: bool,
                 cancelled: threading.Event | None = None) -> list[Future[Samples]]:
-        """Run the front, then queue the vocoder's windows on the pool."""
+        """Run the front on `session`, then queue the vocoder's windows on the pool."""
         assert self._vocoder is not None and self._pool is not None
-        z = self._session.run(None, self._inputs(ids))[0]
+        z = session.run(None, self._inputs(ids))[0]
         if cancelled is not None and cancelled.is_set():
             return []
-        windows = plan_windows(z.shape[-1], first=first, spread=spread, workers=self._workers)
-        return [self._pool.submit(self._vocoder.decode, z, start, end) for start, end in windows]
+        windows = plan_windows(z.shape[-1], first=first, workers=self._workers)
+        return [self._pool.submit(URGENT if first and n == 0 else WINDOW, self._vocoder.decode, z, start, end)
+                for n, (start, end) in enumerate(windows)]
 
     def stream(self, sentences: list[str]) -> Iterator[tuple[int, Samples, bool]]:
         """`(sentence index, samples, last of its sentence)` for each piece of audio, in order.
 
         Every sentence ends with exactly one `last` piece (empty if espeak found
-        nothing to say in it). Fronts run on their own thread, `LOOKAHEAD` model
-        calls ahead of what is being yielded, so a long next sentence never
-        holds back audio that is ready; the second starts only once the first
-        window is out. Closing the iterator early cancels what is queued.
+        nothing to say in it). The first front runs here, on every core; the
+        next `LOOKAHEAD` model calls' fronts go to the pool ahead of the
+        windows (but after the first), each on one worker, so a long next
+        sentence never holds back audio that is ready. Closing the iterator
+        early cancels what is queued.
         """
-        if self._vocoder is None or self._fronts is None:
+        if self._vocoder is None or self._pool is None:
             yield from by_sentence(self, sentences)
             return
-        calls = [(index, ids, n == len(ids_list) - 1)
-                 for index, sentence in enumerate(sentences)
-                 for ids_list in [self.phoneme_ids(sentence) or [[]]]
-                 for n, ids in enumerate(ids_list)]
+        pool = self._pool
+        calls = deque((index, ids, n == len(ids_list) - 1)
+                      for index, sentence in enumerate(sentences)
+                      for ids_list in [self.phoneme_ids(sentence) or [[]]]
+                      for n, ids in enumerate(ids_list))
         cancelled = threading.Event()
         queued: deque[tuple[int, bool, Future[list[Future[Samples]]] | None]] = deque()
         current: list[Future[Samples]] = []
+        lead = True
 
-        def top_up(ahead: int) -> None:
-            while calls and len(queued) < ahead:
-                index, ids, last = calls.pop(0)
-                job = None
-                if ids:
-                    assert self._fronts is not None
-                    job = self._fronts.submit(self._decode, ids, first=not queued and not started,
-                                              spread=not calls, cancelled=cancelled)
+        def top_up() -> None:
+            nonlocal lead
+            while calls and len(queued) < LOOKAHEAD:
+                index, ids, last = calls.popleft()
+                job: Future[list[Future[Samples]]] | None = None
+                if ids and lead:  # nothing else is running yet: this front takes every core
+                    lead = False
+                    job = Future()
+                    job.set_result(self._decode(ids, self._session, first=True))
+                elif ids:
+                    job = pool.submit(FRONT, self._decode, ids, self._front, first=False, cancelled=cancelled)
                 queued.append((index, last, job))
 
-        started = False
         try:
-            top_up(1)
+            top_up()
             while queued:
                 index, last, job = queued.popleft()
+                top_up()
                 current = job.result() if job is not None else []
                 if not current:
                     yield index, np.zeros(0, dtype=np.float32), last
                 for n, window in enumerate(current):
-                    samples = _clip(window.result())
-                    if not started:  # the first window is out: fronts may now run ahead
-                        started = True
-                        top_up(LOOKAHEAD)
-                    yield index, samples, last and n == len(current) - 1
-                top_up(LOOKAHEAD)
+                    yield index, _clip(window.result()), last and n == len(current) - 1
         finally:
             cancelled.set()
             for window in current:
@@ -220,18 +233,20 @@ class PiperVoice:
             yield self.synthesize_ids(ids)
 
     def close(self) -> None:
-        for pool in (self._fronts, self._pool):
-            if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
-        self._session = None
+        if self._pool is not None:
+            self._pool.shutdown()
+        self._session = self._front = self._weights = None
 
 
 def _clip(audio: Samples) -> Samples:
     return np.clip(audio, -1.0, 1.0).astype(np.float32, copy=False)
 
 
-def _load_split(model: Path, prepared_dir: Path, threads: int) -> tuple[Any, Vocoder] | None:
-    """Sessions for the split graph, preparing it if needed; None if this graph cannot be split."""
+def _load_split(model: Path, prepared_dir: Path, threads: int) -> tuple[Any, Any, Vocoder, Any] | None:
+    """`(lead front, pooled front, vocoder, shared weights)`, preparing the split if needed.
+
+    None if this graph cannot be split or the split cannot be written.
+    """
     for attempt in (1, 2):
         try:
             prepared = prepare(model, prepared_dir)
@@ -243,9 +258,10 @@ def _load_split(model: Path, prepared_dir: Path, threads: int) -> tuple[Any, Voc
                         model.name, prepared_dir, exc)
             return None
         try:
-            # No spinning: the vocoder's workers need the cores the moment the front is done.
-            front = make_session(prepared.front, threads, spin=False)
-            return front, Vocoder(make_session(prepared.vocoder, 1), prepared.info)
+            weights = load_weights(prepared.front)
+            lead = make_session(prepared.front, threads, weights=weights)
+            front = make_session(prepared.front, 1, spin=False, weights=weights) if threads > 1 else lead
+            return lead, front, Vocoder(make_session(prepared.vocoder, 1), prepared.info), weights
         except ModelError:
             if attempt == 2:
                 raise

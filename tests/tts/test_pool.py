@@ -1,0 +1,54 @@
+"""The voice's worker pool: most urgent job first, FIFO among equals, clean shutdown."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from edge_agent.tts.pool import PriorityPool
+
+
+def test_the_most_urgent_job_runs_first_and_equals_in_order() -> None:
+    pool = PriorityPool(1, "test")
+    try:
+        gate = threading.Event()
+        ran: list[str] = []
+        blocker = pool.submit(0, gate.wait, 10)  # holds the only worker while the queue fills
+        jobs = [pool.submit(priority, ran.append, name)
+                for priority, name in [(1, "w1"), (1, "w2"), (0, "front"), (-1, "first"), (1, "w3")]]
+        gate.set()
+        assert blocker.result(10)
+        for job in jobs:
+            job.result(10)
+        assert ran == ["first", "front", "w1", "w2", "w3"]
+    finally:
+        pool.shutdown()
+
+
+def test_a_failing_job_reaches_its_caller_and_the_worker_goes_on() -> None:
+    pool = PriorityPool(2, "test")
+    try:
+        with pytest.raises(ZeroDivisionError):
+            pool.submit(0, lambda: 1 / 0).result(10)
+        assert pool.submit(0, lambda: 42).result(10) == 42
+    finally:
+        pool.shutdown()
+
+
+def test_shutdown_cancels_what_has_not_started_and_refuses_more() -> None:
+    pool = PriorityPool(1, "test")
+    gate = threading.Event()
+    running = pool.submit(0, gate.wait, 10)
+    waiting = [pool.submit(1, lambda: None) for _ in range(3)]
+    while not running.running():
+        threading.Event().wait(0.01)
+    pool.shutdown()
+    assert all(job.cancelled() for job in waiting)
+    gate.set()
+    assert running.result(10) is True  # a running job finishes
+    with pytest.raises(RuntimeError, match="shut down"):
+        pool.submit(0, lambda: None)
+    for thread in pool._threads:
+        thread.join(10)
+        assert not thread.is_alive()
