@@ -26,11 +26,22 @@ TEXTS = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per text (median)")
     parser.add_argument("--no-reference", action="store_true", help="skip piper-tts")
+    parser.add_argument("--pause", type=float, default=PAUSE_S, metavar="SECONDS",
+                        help=f"idle time before every timed run (default {PAUSE_S})")
+
+
+PAUSE_S = 0.1
+"""Default quiet time before every timed run. piper-tts leaves onnxruntime's threads
+spinning after its run ends (its sessions allow spinning and never stop it), which
+takes a core from whatever runs next: measured here, it slowed the run after it by
+20-25%. Both sides get the same pause, so each starts on idle cores, as an
+announcement does on an idle device."""
 
 
 def _time_stream(
-    stream: Callable[[], Iterator[Any]], count: Callable[[Any], int]
+    stream: Callable[[], Iterator[Any]], count: Callable[[Any], int], pause_s: float = 0.0
 ) -> tuple[float, float, int]:
+    time.sleep(pause_s)
     started = time.perf_counter()
     first = None
     samples = 0
@@ -71,12 +82,12 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         runs: dict[str, list[float]] = {k: [] for k in ("ttfa", "total", "ref_ttfa", "ref_total")}
         audio_s = 0.0
         for _ in range(args.repeats):  # interleaved, so drift hits both sides alike
-            ttfa, total, frames = _time_stream(ours(text), lambda c: len(c.samples))
+            ttfa, total, frames = _time_stream(ours(text), lambda c: len(c.samples), args.pause)
             runs["ttfa"].append(ttfa)
             runs["total"].append(total)
             audio_s = frames / voice.sample_rate
             if ref is not None:
-                r_ttfa, r_total, _ = _time_stream(theirs(text), len)
+                r_ttfa, r_total, _ = _time_stream(theirs(text), len, args.pause)
                 runs["ref_ttfa"].append(r_ttfa)
                 runs["ref_total"].append(r_total)
         per_text[name] = {k: median(v) for k, v in runs.items() if v} | {"audio_s": audio_s}
@@ -85,11 +96,12 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     total = sum(t["total"] for t in per_text.values())
     audio = sum(t["audio_s"] for t in per_text.values())
     result: dict[str, Any] = {
-        "voice": voice_id, "threads": settings.tts.threads, "repeats": args.repeats,
+        "voice": voice_id, "threads": settings.tts.threads, "repeats": args.repeats, "pause_s": args.pause,
         "ttfa_s": ttfa / len(per_text), "total_s": total, "rtf": total / audio,
         "texts": per_text, "machine": machine(),
     }
-    lines = [f"voice {voice_id}, {settings.tts.threads} threads, median of {args.repeats} runs"]
+    lines = [f"voice {voice_id}, {settings.tts.threads} threads, median of {args.repeats} runs, "
+             f"{args.pause:g} s idle before each"]
     for name, t in per_text.items():
         line = f"  {name:<11} ours: first audio {t['ttfa'] * 1000:6.1f} ms, total {t['total'] * 1000:6.1f} ms"
         if "ref_total" in t:
