@@ -88,7 +88,8 @@ class TtsSettings:
     voice: str = "en_US-joe-medium"
     """Default voice id (see `edge-agent models list`)."""
     threads: int = 2
-    """onnxruntime intra-op threads for synthesis."""
+    """Cores for synthesis: onnxruntime intra-op threads, or as many single-threaded workers
+    (a split Piper voice's vocoder windows and next-sentence fronts)."""
     idle_unload_s: float = 600.0
     """Unload a voice after this many seconds unused; 0 keeps voices loaded."""
     sentence_silence_s: float = 0.2

@@ -111,7 +111,8 @@ def test_cuts_drop_context_where_the_layers_after_them_no_longer_reach(prepared:
     assert [rate for rate, _ in cuts] == sorted(rate for rate, _ in cuts) and cuts[-1][0] == prepared.info.hop
     kept_frames = [keep / rate for rate, keep in cuts]
     assert kept_frames == sorted(kept_frames, reverse=True)
-    assert kept_frames[0] < prepared.info.context and kept_frames[-1] < 0.1  # the last layers need almost none
+    assert kept_frames[0] < prepared.info.context
+    assert kept_frames[-1] < 0.1  # the last layers, the costly ones, need almost none
 
 
 @given(st.integers(1, 3000), st.booleans(), st.integers(1, 4))

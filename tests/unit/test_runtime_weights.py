@@ -26,7 +26,8 @@ def model(tmp_path: Path) -> Path:
         [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
     path = tmp_path / "model.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path),
-              save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+              save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin",
+              size_threshold=0)
     return path
 
 
@@ -43,7 +44,7 @@ def test_sessions_sharing_weights_compute_what_the_model_does(model: Path) -> No
 def test_truncated_weights_are_a_model_error(model: Path) -> None:
     data = model.parent / "weights.bin"
     data.write_bytes(data.read_bytes()[:100])
-    with pytest.raises(ModelError, match="weights.bin ends inside"):
+    with pytest.raises(ModelError, match=r"weights\.bin ends inside"):
         load_weights(model)
 
 
