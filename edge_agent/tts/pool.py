@@ -1,68 +1,59 @@
-"""A fixed set of worker threads that take the most urgent job first.
+"""Worker threads that take the most urgent job first.
 
 `concurrent.futures.ThreadPoolExecutor` runs jobs in the order they were
 submitted; a voice needs some jobs (the window playback waits for, the front
-that feeds the idle worker) to jump the queue.
+that feeds an idle worker) to jump the queue. Jobs wait in a heap; every
+submit queues one "run the most urgent job" call on an executor, so the
+executor's own lifecycle holds (a process that exits waits for running jobs
+instead of tearing down a model under them).
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
-import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+_Job = tuple[int, int, Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 
 class PriorityPool:
     """`workers` threads; `submit(priority, fn, ...)` runs lower priorities first, FIFO among equals."""
 
     def __init__(self, workers: int, name: str) -> None:
-        self._jobs: queue.PriorityQueue[tuple[int, int, Any]] = queue.PriorityQueue()
+        self._executor = ThreadPoolExecutor(max(1, workers), thread_name_prefix=name)
+        self._heap: list[_Job] = []
         self._order = itertools.count()
         self._lock = threading.Lock()
-        self._closed = False
-        self._threads = [threading.Thread(target=self._work, name=f"{name}_{n}", daemon=True)
-                         for n in range(max(1, workers))]
-        for thread in self._threads:
-            thread.start()
 
     def submit(self, priority: int, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         future: Future[T] = Future()
         with self._lock:
-            if self._closed:
-                raise RuntimeError("the pool is shut down")
-            self._jobs.put((priority, next(self._order), (future, fn, args, kwargs)))
+            self._executor.submit(self._run_next)  # raises RuntimeError once shut down
+            heapq.heappush(self._heap, (priority, next(self._order), future, fn, args, kwargs))
         return future
 
-    def _work(self) -> None:
+    def _run_next(self) -> None:
         while True:
-            _, _, job = self._jobs.get()
-            if job is None:
-                return
-            future, fn, args, kwargs = job
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as exc:  # the caller gets it from the future
-                future.set_exception(exc)
+            with self._lock:
+                if not self._heap:
+                    return
+                _, _, future, fn, args, kwargs = heapq.heappop(self._heap)
+            if future.set_running_or_notify_cancel():
+                break  # else it was cancelled: take the next one instead
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # the caller gets it from the future
+            future.set_exception(exc)
 
     def shutdown(self) -> None:
         """Cancel what has not started; running jobs finish on their own (no waiting here)."""
         with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            while True:
-                try:
-                    _, _, job = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if job is not None:
-                    job[0].cancel()
-            for _ in self._threads:  # after every job: the sentinels sort last
-                self._jobs.put((2**62, next(self._order), None))
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            for _, _, future, *_ in self._heap:
+                future.cancel()
+            self._heap.clear()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -47,8 +49,24 @@ def test_shutdown_cancels_what_has_not_started_and_refuses_more() -> None:
     assert all(job.cancelled() for job in waiting)
     gate.set()
     assert running.result(10) is True  # a running job finishes
-    with pytest.raises(RuntimeError, match="shut down"):
+    with pytest.raises(RuntimeError, match="after shutdown"):
         pool.submit(0, lambda: None)
-    for thread in pool._threads:
-        thread.join(10)
-        assert not thread.is_alive()
+    pool._executor.shutdown(wait=True)  # the worker threads are gone
+
+
+def test_a_process_that_exits_waits_for_running_jobs() -> None:
+    """At exit a job is finished, not torn down mid-run (a model under it would abort the process)."""
+    code = (
+        "import threading, time\n"
+        "from edge_agent.tts.pool import PriorityPool\n"
+        "pool = PriorityPool(2, 'exit')\n"
+        "started = threading.Event()\n"
+        "def job():\n"
+        "    started.set(); time.sleep(0.5); print('finished', flush=True)\n"
+        "pool.submit(0, job)\n"
+        "started.wait(10)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "finished"
