@@ -32,9 +32,9 @@ LOOKAHEAD = 2
 """Model calls after the one being yielded whose fronts may already run."""
 
 URGENT, FRONT, WINDOW = -1, 0, 1
-"""Pool priorities: the window playback starts with, then fronts (each one feeds
-the workers more windows, so the pool never runs dry at a sentence's end), then
-the other windows in order."""
+"""Pool priorities: the window playback starts with, then the next call's front
+(it feeds the workers more windows, so the pool does not run dry at a
+sentence's end), then the other windows and fronts in order."""
 
 
 @dataclass(frozen=True)
@@ -174,10 +174,10 @@ class PiperVoice:
 
         Every sentence ends with exactly one `last` piece (empty if espeak found
         nothing to say in it). The first front runs here, on every core; the
-        next `LOOKAHEAD` model calls' fronts go to the pool ahead of the
-        windows (but after the first), each on one worker, so a long next
-        sentence never holds back audio that is ready. Closing the iterator
-        early cancels what is queued.
+        next `LOOKAHEAD` model calls' fronts go to the pool, each on one worker
+        (the next one ahead of the windows queued, except the first), so a
+        long next sentence never holds back audio that is ready. Closing the
+        iterator early cancels what is queued.
         """
         if self._vocoder is None or self._pool is None:
             yield from by_sentence(self, sentences)
@@ -202,13 +202,20 @@ class PiperVoice:
                     job = Future()
                     job.set_result(self._decode(ids, self._session, first=True))
                 elif ids:
-                    job = pool.submit(FRONT, self._decode, ids, self._front, first=False, cancelled=cancelled)
+                    # Only the next call's front jumps the windows already queued: one
+                    # further ahead waits its turn, so a slow device is never kept
+                    # from the window playback needs next by fronts it needs later.
+                    urgent = len(queued) == (1 if lead_queued else 0)
+                    job = pool.submit(FRONT if urgent else WINDOW, self._decode, ids, self._front,
+                                      first=False, cancelled=cancelled)
                 queued.append((index, last, job))
 
+        lead_queued = True  # the first call is still in `queued` (not being yielded yet)
         try:
             top_up()
             while queued:
                 index, last, job = queued.popleft()
+                lead_queued = False
                 top_up()
                 current = job.result() if job is not None else []
                 if not current:
