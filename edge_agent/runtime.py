@@ -14,13 +14,15 @@ log = logging.getLogger(__name__)
 
 
 def make_session(path: Path, threads: int, *, spin: bool = True,
-                 weights: Mapping[str, Any] | None = None) -> Any:
+                 weights: Mapping[str, Any] | None = None, shapes_vary: bool = False) -> Any:
     """An onnxruntime CPU session with `threads` intra-op threads and full graph optimisation.
 
     Inter-op parallelism stays at 1: the models we run are chains of ops, and a
     second pool only competes for the same two to four cores. `weights` (from
     `load_weights`) are used in place of the model's own, so several sessions of
-    one model hold its weights once.
+    one model hold its weights once. `shapes_vary` turns off onnxruntime's memory
+    patterns, which are planned and kept per input shape: a model fed a new shape
+    on nearly every call (a sentence, a window) only pays for them in memory.
     """
     import onnxruntime as ort
 
@@ -29,6 +31,7 @@ def make_session(path: Path, threads: int, *, spin: bool = True,
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.enable_mem_pattern = not shapes_vary
     opts.log_severity_level = 3
     # Spinning workers cut latency between ops (a Piper front runs 1.4x faster with
     # them), but must stop when the run ends: threads left spinning after a run

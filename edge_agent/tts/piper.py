@@ -266,9 +266,11 @@ def _load_split(model: Path, prepared_dir: Path, threads: int) -> tuple[Any, Any
             return None
         try:
             weights = load_weights(prepared.front)
-            lead = make_session(prepared.front, threads, weights=weights)
-            front = make_session(prepared.front, 1, spin=False, weights=weights) if threads > 1 else lead
-            return lead, front, Vocoder(make_session(prepared.vocoder, 1), prepared.info), weights
+            lead = make_session(prepared.front, threads, weights=weights, shapes_vary=True)
+            front = (make_session(prepared.front, 1, spin=False, weights=weights, shapes_vary=True)
+                     if threads > 1 else lead)
+            vocoder = make_session(prepared.vocoder, 1, shapes_vary=True)
+            return lead, front, Vocoder(vocoder, prepared.info), weights
         except ModelError:
             if attempt == 2:
                 raise
