@@ -155,7 +155,8 @@ class PiperVoice:
         if self._vocoder is None:
             audio: Samples = self._session.run(None, self._inputs(ids))[0].reshape(-1)
         else:
-            audio = np.concatenate([f.result() for f in self._decode(ids, self._session, first=False)])
+            pieces = [f.result() for f in self._decode(ids, self._session, first=False)]
+            audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
         return _clip(audio)
 
     def _decode(self, ids: list[int], session: Any, *, first: bool,

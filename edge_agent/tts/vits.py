@@ -381,9 +381,10 @@ def plan_windows(frames: int, *, first: bool, workers: int = 1) -> list[tuple[in
         windows.append((0, FIRST_FRAMES))
         start = FIRST_FRAMES
     rest = frames - start
-    pieces = -(-math.ceil(rest / WINDOW_FRAMES) // workers) * workers
-    pieces = max(1, min(pieces, rest // MIN_FRAMES))
-    windows.extend(itertools.pairwise(start + round(i * rest / pieces) for i in range(pieces + 1)))
+    if rest > 0:
+        pieces = -(-math.ceil(rest / WINDOW_FRAMES) // workers) * workers
+        pieces = max(1, min(pieces, rest // MIN_FRAMES))
+        windows.extend(itertools.pairwise(start + round(i * rest / pieces) for i in range(pieces + 1)))
     return windows
 
 

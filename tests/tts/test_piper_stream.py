@@ -117,6 +117,7 @@ def test_cuts_drop_context_where_the_layers_after_them_no_longer_reach(prepared:
 
 @given(st.integers(1, 3000), st.booleans(), st.integers(1, 4))
 def test_windows_cover_the_latent_once_in_order(frames: int, first: bool, workers: int) -> None:
+    assert vits.plan_windows(0, first=first, workers=workers) == []
     windows = vits.plan_windows(frames, first=first, workers=workers)
     assert windows[0][0] == 0 and windows[-1][1] == frames
     assert all(a < b for a, b in windows)
