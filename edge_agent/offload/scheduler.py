@@ -25,7 +25,7 @@ from edge_agent.audio.resample import resample
 from edge_agent.offload.codecs import Chunk, SentenceEncoder
 from edge_agent.offload.metrics import ServerMetrics
 from edge_agent.offload.transport import cancel_and_wait
-from edge_agent.tts.voice import Samples, Voice
+from edge_agent.tts.voice import Voice
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def sentence_work(voice: Voice, text: str, rate: int,
 
     def run() -> SentenceResult:
         started = time.perf_counter()
-        pieces = list(_synthesize(voice, text))
+        pieces = list(voice.synthesize_sentence(text))
         audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
         synth_s = time.perf_counter() - started
         if rate != voice.sample_rate:
@@ -91,10 +91,6 @@ def sentence_work(voice: Voice, text: str, rate: int,
         return SentenceResult(encoder.encode(audio), len(audio), len(audio) / rate, synth_s)
 
     return run
-
-
-def _synthesize(voice: Voice, text: str) -> list[Samples]:
-    return list(voice.synthesize_sentence(text))
 
 
 class Scheduler:
