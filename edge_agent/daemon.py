@@ -30,9 +30,9 @@ from edge_agent.fleet.manager import ActiveConfig, FleetManager, Report
 from edge_agent.metrics import Metrics
 from edge_agent.models import ModelStore, load_catalog
 from edge_agent.mqtt.bridge import Bridge, Message
-from edge_agent.mqtt.journal import Journal
-from edge_agent.mqtt.service import Announcements
-from edge_agent.mqtt.speaker import DeviceOpener, DirOpener, SinkOpener
+from edge_agent.announce.journal import Journal
+from edge_agent.announce.pipeline import Announcements
+from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener
 from edge_agent.mqtt.topics import Topics
 from edge_agent.tts.voice import Synthesizer
 

@@ -223,7 +223,7 @@ class DaemonProcess:
 
 import numpy as np  # noqa: E402
 
-from edge_agent.mqtt.announcements import Announcement  # noqa: E402
+from edge_agent.announce.message import Announcement  # noqa: E402
 from edge_agent.tts.voice import AudioChunk  # noqa: E402
 
 
@@ -282,7 +282,7 @@ class GatedOpener:
     keeps_open = True
 
     def __init__(self, out_dir: Path, gated: str) -> None:
-        from edge_agent.mqtt.speaker import DirOpener
+        from edge_agent.announce.playout import DirOpener
 
         self.dir = DirOpener(out_dir)
         self.gated = gated

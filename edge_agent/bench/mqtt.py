@@ -26,7 +26,7 @@ from edge_agent.bench.report import emit, machine, percentile
 from edge_agent.commands.context import Context
 from edge_agent.config import parse_override, parse_uri
 from edge_agent.errors import UsageError
-from edge_agent.mqtt.announcements import Announcement
+from edge_agent.announce.message import Announcement
 
 TEXTS = (
     "Dinner is ready.",

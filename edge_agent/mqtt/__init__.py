@@ -1,1 +1,1 @@
-"""MQTT: the broker connection, the topic layout and announcements."""
+"""MQTT transport: the broker connection, the topic layout and a local broker for tests and benchmarks."""

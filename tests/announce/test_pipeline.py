@@ -7,9 +7,9 @@ import time
 import pytest
 
 from edge_agent.config import AnnouncementSettings
-from edge_agent.mqtt.journal import Journal
-from edge_agent.mqtt.service import Announcements
-from edge_agent.mqtt.speaker import DirOpener
+from edge_agent.announce.journal import Journal
+from edge_agent.announce.pipeline import Announcements
+from edge_agent.announce.playout import DirOpener
 from tests.mqtt_support import GatedOpener, ToneSynth, wait_until, wav_levels
 
 VOICES = frozenset({"en_US-joe-medium"})

@@ -18,10 +18,10 @@ from typing import Any
 
 from edge_agent.config import AnnouncementSettings
 from edge_agent.metrics import Metrics
-from edge_agent.mqtt.announcements import Announcement, Rejected, parse_announcement, status
-from edge_agent.mqtt.journal import INTERRUPTED, Journal
-from edge_agent.mqtt.queue import AnnouncementQueue, Item
-from edge_agent.mqtt.speaker import SinkOpener, speak
+from edge_agent.announce.message import Announcement, Rejected, parse_announcement, status
+from edge_agent.announce.journal import INTERRUPTED, Journal
+from edge_agent.announce.queue import AnnouncementQueue, Item
+from edge_agent.announce.playout import SinkOpener, speak
 from edge_agent.tts.voice import Synthesizer
 
 log = logging.getLogger(__name__)

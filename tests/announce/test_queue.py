@@ -1,5 +1,5 @@
-from edge_agent.mqtt.announcements import Announcement
-from edge_agent.mqtt.queue import AnnouncementQueue
+from edge_agent.announce.message import Announcement
+from edge_agent.announce.queue import AnnouncementQueue
 
 
 def ann(ann_id, priority=5):

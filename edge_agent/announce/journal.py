@@ -32,7 +32,7 @@ from typing import Any
 
 from edge_agent.atomic import atomic_write, remove_stale_temps
 from edge_agent.config import AnnouncementSettings
-from edge_agent.mqtt.announcements import FINAL_STATES, Announcement
+from edge_agent.announce.message import FINAL_STATES, Announcement
 
 log = logging.getLogger(__name__)
 

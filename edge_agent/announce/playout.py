@@ -15,8 +15,8 @@ from edge_agent.audio.playback import play
 from edge_agent.audio.resample import Float32, resample
 from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
 from edge_agent.errors import AudioError
-from edge_agent.mqtt.announcements import Announcement
-from edge_agent.mqtt.queue import Item
+from edge_agent.announce.message import Announcement
+from edge_agent.announce.queue import Item
 from edge_agent.tts.voice import AudioChunk, Synthesizer
 
 log = logging.getLogger(__name__)

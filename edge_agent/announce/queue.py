@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from edge_agent.mqtt.announcements import Announcement
+from edge_agent.announce.message import Announcement
 
 
 @dataclass(order=True)

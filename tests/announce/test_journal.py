@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 from edge_agent.config import AnnouncementSettings
-from edge_agent.mqtt.announcements import Announcement
-from edge_agent.mqtt.journal import INTERRUPTED, Journal
+from edge_agent.announce.message import Announcement
+from edge_agent.announce.journal import INTERRUPTED, Journal
 
 
 def ann(ann_id, priority=5, ts=100.0):
@@ -77,8 +77,8 @@ def test_accept_is_durable_before_it_returns_even_under_sigkill(tmp_path):
         import os, signal
         from pathlib import Path
         from edge_agent.config import AnnouncementSettings
-        from edge_agent.mqtt.announcements import Announcement
-        from edge_agent.mqtt.journal import Journal
+        from edge_agent.announce.message import Announcement
+        from edge_agent.announce.journal import Journal
         j = Journal(Path({str(tmp_path)!r}), AnnouncementSettings())
         j.open()
         for i in range(5):
