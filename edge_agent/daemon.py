@@ -1,11 +1,33 @@
 """`edge-agent run`: the device daemon, wiring MQTT, announcements, fleet config, listener and metrics.
 
-One asyncio loop owns the timers (heartbeat, metrics), the fleet worker and
-shutdown; the MQTT network loop, the speaker and the listener run in their own
-threads and hand work over through thread-safe queues. The daemon depends on
-protocols only: any `Synthesizer` (by default the offload router, which is the
-local voice unless `offload` names a server) and any `Listener` (started only
-when an ASR model is present).
+Threads and loops (who owns what; also in docs/architecture.md):
+
+- The daemon loop (`asyncio.run(Daemon.run())`, the caller's thread) owns the
+  timers (heartbeat, metrics, idle-voice unloading), the fleet worker, signals and
+  shutdown. Blocking work leaves it through `asyncio.to_thread`: warm-up, unloading
+  idle voices, shutdown, and `FleetManager.process_inbox`, which runs `_activate`
+  (a config reload), one at a time because the worker awaits each.
+- `mqtt` (Bridge): the one thread that calls paho. It runs `_on_message`, so
+  `Announcer.submit` (journal fsync before the acknowledgement) and
+  `FleetManager.enqueue`; any thread publishes through the bridge's `Outbox`.
+- `speaker` (Announcer): takes the most urgent announcement and speaks it; each
+  playback adds a `synth` producer thread (`audio.playback.play`) for its length.
+- `offload-client`: the offload router's connection runs its own asyncio loop in
+  its own thread; the speaker thread hands each stream over to it.
+- `listener` (asr `Listener`, when an ASR model is present): calls `_on_transcript`.
+- `retire-synth`: one short-lived thread per reload that replaced the voice; it
+  waits (bounded) for the speaker to be idle, then closes the old synthesizer.
+
+Swapping on reload. What announcements are spoken with (announcement settings,
+synthesizer, sink opener, known voices) is one frozen `Speaking` bundle held by
+the `Announcer`. `_activate` builds and checks a complete new bundle first, then
+replaces the old one with one reference assignment (`Announcer.swap`); nothing
+ever mutates a bundle. The speaker thread reads the bundle once per announcement,
+so an announcement is spoken entirely with the old bundle or entirely with the
+new. `self.settings` and `self.topics` follow the same rule: replaced whole, read
+once per use. The invariant that makes closing safe: the speaker marks itself busy
+before it reads the bundle and idle only after its last use, so once the swap is
+done and the speaker is idle, nothing uses the old synthesizer.
 """
 
 from __future__ import annotations
@@ -18,22 +40,28 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from edge_agent import __version__
+from edge_agent.announce.journal import Journal
+from edge_agent.announce.pipeline import Announcer, Speaking
+from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener
+from edge_agent.asr.listener import Listener, Transcript, build_listener
+from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.audio.sinks import AudioOutput
+from edge_agent.audio.sources import WavFileSource
 from edge_agent.config import Settings, load_settings
 from edge_agent.errors import EdgeError
 from edge_agent.fleet.manager import ActiveConfig, FleetManager, Report
 from edge_agent.metrics import Metrics
 from edge_agent.models import ModelStore, load_catalog
 from edge_agent.mqtt.bridge import Bridge, Message
-from edge_agent.announce.journal import Journal
-from edge_agent.announce.pipeline import Announcements
-from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener
 from edge_agent.mqtt.topics import Topics
+from edge_agent.offload.router import make_synthesizer
+from edge_agent.tts.local import LocalSynthesizer
+from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Synthesizer
 
 log = logging.getLogger(__name__)
@@ -45,26 +73,8 @@ HEALTH_TEXT = "Ready."
 """Spoken (into no sink) to check a reloaded voice."""
 
 
-class Transcript(Protocol):
-    """One recognised utterance."""
-
-    text: str
-    start: float
-    """Seconds from the start of listening."""
-    end: float
-
-
-class Listener(Protocol):
-    """A microphone-to-text pipeline running in its own thread."""
-
-    def start(self, on_transcript: Callable[[Any], None],
-              on_error: Callable[[BaseException], None] | None = None,
-              on_end: Callable[[], None] | None = None) -> Any:
-        """Listen, calling `on_transcript` with each `Transcript`."""
-        ...
-
-    def stop(self, timeout: float = 10.0) -> None: ...
-
+RETIRE_WAIT_S = 300.0
+"""How long a replaced synthesizer waits for the announcement still using it before it is closed."""
 
 SynthesizerFactory = Callable[[Settings], Synthesizer]
 ListenerFactory = Callable[[Settings], Listener | None]
@@ -72,9 +82,6 @@ ListenerFactory = Callable[[Settings], Listener | None]
 
 def local_synthesizer(settings: Settings) -> Synthesizer:
     """The on-device voice (the offload router implements the same protocol)."""
-    from edge_agent.tts.local import LocalSynthesizer
-    from edge_agent.tts.registry import VoiceRegistry
-
     store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
     return LocalSynthesizer(VoiceRegistry(store, settings.tts), settings.tts)
 
@@ -82,8 +89,6 @@ def local_synthesizer(settings: Settings) -> Synthesizer:
 def routed_synthesizer(settings: Settings) -> Synthesizer:
     """The offload router: the server's voice when `offload` says so and it is healthy, the local
     voice otherwise (sentence by sentence, each spoken once)."""
-    from edge_agent.offload.router import make_synthesizer
-
     store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
     return make_synthesizer(settings, store)
 
@@ -94,10 +99,6 @@ def asr_listener(settings: Settings) -> Listener | None:
     A missing microphone is an `AudioError`, a broken export a `ModelError`: both
     leave the daemon announcing without listening, with the reason logged once.
     """
-    from edge_agent.asr.listener import build_listener
-    from edge_agent.asr.whisper import resolve_export_dir
-    from edge_agent.audio.sources import WavFileSource
-
     if not (resolve_export_dir(settings.asr, settings.models) / "manifest.json").is_file():
         return None
     store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
@@ -150,15 +151,18 @@ class Daemon:
             log.error("fleet config version %d no longer loads (%s); running with the local config",
                       active.version, exc)
         self.topics = Topics(self.settings.mqtt.prefix, self.device, self.settings.device.group)
-        self.synth: Synthesizer = self._make_synth(self.settings)
-        self.opener = self._make_opener(self.settings)
-        self._voices = frozenset(load_catalog(self.settings.models.catalog).ids(task="tts"))
-        self.announcements = Announcements(
-            self.settings.announcements, Journal(self.settings.announcements.state_dir,
-                                                 self.settings.announcements),
-            publish=self._publish_announce_status, voices=lambda: self._voices,
-            synthesizer=lambda: self.synth, opener=lambda: self.opener, metrics=self.metrics,
+        speaking = Speaking(self.settings.announcements, self._make_synth(self.settings),
+                            self._make_opener(self.settings), _tts_voices(self.settings))
+        self.announcements = Announcer(
+            speaking, Journal(self.settings.announcements.state_dir, self.settings.announcements),
+            metrics=self.metrics,
         )
+        self.announcements.observe(self._publish_announce_status)
+
+    @property
+    def synth(self) -> Synthesizer:
+        """The voice announcements are spoken with now."""
+        return self.announcements.speaking.synth
 
     # -- run -----------------------------------------------------------------------------
 
@@ -237,7 +241,7 @@ class Daemon:
     def _on_message(self, topic: str, payload: bytes, retained: bool) -> bool:
         kind = self.topics.kind(topic)
         if kind == "announce":
-            return self.announcements.receive(payload, topic)
+            return self.announcements.submit(payload, topic)
         if kind == "config":
             ok = self.fleet.enqueue(payload)
             if ok and self._loop is not None and self._fleet_wake is not None:
@@ -277,9 +281,8 @@ class Daemon:
         period = max(1.0, self.settings.tts.idle_unload_s / 4)
         while True:
             await asyncio.sleep(period)
-            unload = getattr(self.synth, "unload_idle", None)
-            if unload is not None and not self.announcements.busy.is_set():
-                await asyncio.to_thread(unload)
+            if not self.announcements.busy.is_set():
+                await asyncio.to_thread(self.synth.unload_idle)
 
     async def _metrics(self) -> None:
         while True:
@@ -313,22 +316,16 @@ class Daemon:
         old = self.settings
         changed = {f.name for f in dataclasses.fields(Settings)
                    if getattr(old, f.name) != getattr(new, f.name)}
-        if changed & {"tts", "models", "offload"}:
-            synth = self._make_synth(new)
-            try:
-                samples = sum(len(chunk.samples) for chunk in synth.stream(HEALTH_TEXT))
-                if samples == 0:
-                    raise EdgeError("the reloaded voice produced no audio")
-            except BaseException:
-                _close(synth)
-                raise
-            old_synth, self.synth = self.synth, synth
-            self._retire(old_synth)
-            self._voices = frozenset(load_catalog(new.models.catalog).ids(task="tts"))
+        # Build and check the whole new bundle first; nothing below the swap can fail half-way.
+        current = self.announcements.speaking
+        speaking = replace(current, settings=new.announcements)
         if changed & {"audio", "daemon"}:
-            self.opener = self._make_opener(new)
-        if "announcements" in changed:
-            self.announcements.update(new.announcements)
+            speaking = replace(speaking, opener=self._make_opener(new))
+        if changed & {"tts", "models", "offload"}:
+            speaking = replace(speaking, synth=self._checked_synth(new), voices=_tts_voices(new))
+        self.announcements.swap(speaking)
+        if speaking.synth is not current.synth:
+            self._retire(current.synth)
         if "logging" in changed:
             logging.getLogger().setLevel(new.logging.level.upper())
         if "mqtt" in changed:
@@ -341,12 +338,24 @@ class Daemon:
         log.info("config version %d active (reloaded: %s)", active.version,
                  ", ".join(sorted(changed)) or "nothing", extra={"config_version": active.version})
 
+    def _checked_synth(self, settings: Settings) -> Synthesizer:
+        """A new synthesizer that has spoken the health check; closed again if it fails it."""
+        synth = self._make_synth(settings)
+        try:
+            samples = sum(len(chunk.samples) for chunk in synth.stream(HEALTH_TEXT))
+            if samples == 0:
+                raise EdgeError("the reloaded voice produced no audio")
+        except BaseException:
+            _close(synth)
+            raise
+        return synth
+
     def _retire(self, synth: Synthesizer) -> None:
         """Close a replaced synthesizer once the announcement that may still use it is over."""
         def wait_then_close() -> None:
-            deadline = time.monotonic() + 300
-            while self.announcements.busy.is_set() and time.monotonic() < deadline:
-                time.sleep(0.1)
+            if not self.announcements.wait_idle(RETIRE_WAIT_S):
+                log.warning("closing the replaced voice while an announcement still speaks (%.0f s on)",
+                            RETIRE_WAIT_S)
             _close(synth)
 
         threading.Thread(target=wait_then_close, name="retire-synth", daemon=True).start()
@@ -371,7 +380,7 @@ class Daemon:
         self.listener.start(self._on_transcript, on_error=on_error)
         log.info("listening")
 
-    def _on_transcript(self, transcript: Any) -> None:
+    def _on_transcript(self, transcript: Transcript) -> None:
         quiet_s = time.monotonic() - self.announcements.last_spoke
         if self.announcements.busy.is_set() or quiet_s < ECHO_TAIL_S:
             # Most likely our own voice through the microphone.
@@ -384,13 +393,15 @@ class Daemon:
 
 
 def _close(synth: Synthesizer) -> None:
-    """Synthesizers with connections (the offload router) have `close`; the local one does not."""
-    close = getattr(synth, "close", None)
-    if callable(close):
-        try:
-            close()
-        except Exception:
-            log.exception("closing a synthesizer failed")
+    """Close `synth`; a failure is logged, never raised into a reload or shutdown."""
+    try:
+        synth.close()
+    except Exception:
+        log.exception("closing a synthesizer failed")
+
+
+def _tts_voices(settings: Settings) -> frozenset[str]:
+    return frozenset(load_catalog(settings.models.catalog).ids(task="tts"))
 
 
 def default_opener(settings: Settings) -> SinkOpener:

@@ -237,6 +237,7 @@ class ToneSynth:
         self.n = round(per_sentence_s * rate)
         self.rates = rates
         self.calls: list[str] = []
+        self.closed = False
 
     def stream(self, text: str, voice: str | None = None):
         self.calls.append(text)
@@ -248,6 +249,12 @@ class ToneSynth:
             for part, last in ((n // 2, False), (n - n // 2, True)):
                 samples = np.full(part, level, dtype=np.float32)
                 yield AudioChunk(samples, rate, i, last=last, engine=self.engine)
+
+    def unload_idle(self) -> list[str]:
+        return []  # it loads no voice
+
+    def close(self) -> None:
+        self.closed = True
 
 
 class GatedSink:

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edge_agent.announce.message import FINAL_STATES, Announcement
 from edge_agent.atomic import atomic_write, remove_stale_temps
 from edge_agent.config import AnnouncementSettings
-from edge_agent.announce.message import FINAL_STATES, Announcement
 
 log = logging.getLogger(__name__)
 

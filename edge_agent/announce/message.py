@@ -1,8 +1,10 @@
-"""Announcement payloads: parsed and checked before anything is queued.
+"""The announcement message: its fields, its checks, and its status payloads.
 
 `{id, text, voice?, priority? (0..9, default 5), expires_at? (unix s), volume? (0..1),
 chime?}`. Every problem becomes a `Rejected` with a reason the producer can act
-on; unknown keys are ignored so newer producers work with older devices.
+on; unknown keys are ignored so newer producers work with older devices. A JSON
+payload (MQTT) goes through `parse_announcement`; a trigger that already holds a
+decoded document (a Wyoming or Hermes adapter) calls `check_announcement`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -20,7 +22,6 @@ from edge_agent.config import AnnouncementSettings
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$")
 """Ids name files (`--out-dir`), so they are plain: letters, digits and `._:@+=-`."""
 
-STATES = ("queued", "speaking", "done", "expired", "rejected", "failed")
 FINAL_STATES = ("done", "expired", "failed")
 
 
@@ -64,10 +65,15 @@ class Announcement:
 
 def parse_announcement(payload: bytes, settings: AnnouncementSettings, voices: Collection[str],
                        now: float | None = None) -> Announcement:
-    """Check `payload` against the limits and the schema; raise `Rejected` with the reason."""
+    """Check a JSON `payload` against the limits and the schema; raise `Rejected` with the reason."""
     if len(payload) > settings.max_payload_bytes:
         raise Rejected(f"payload is {len(payload)} bytes, the limit is {settings.max_payload_bytes}")
-    doc = _decode(payload)
+    return check_announcement(_decode(payload), settings, voices, now)
+
+
+def check_announcement(doc: Mapping[str, Any], settings: AnnouncementSettings, voices: Collection[str],
+                       now: float | None = None) -> Announcement:
+    """Check a decoded announcement document against the schema and the limits."""
     raw_id = doc.get("id")
     if not isinstance(raw_id, str) or not raw_id:
         raise Rejected("missing 'id' (a non-empty string)")

@@ -1,11 +1,25 @@
-"""Announcements end to end: validate, journal, queue, speak, report.
+"""Announcements end to end: check, journal, queue, speak, report, whatever the trigger.
 
-`receive` runs on the MQTT thread and returns only once an accepted announcement
-is in the journal (its message is acknowledged after that). A speaker thread
-takes the most urgent announcement and speaks it; a more urgent arrival stops it
-at the next sentence boundary and it resumes afterwards. Every state change is
-published on `<device>/announce/status`:
-queued -> speaking -> done | expired | failed, or rejected at once.
+The API a trigger uses is small and knows nothing of MQTT:
+
+- `Announcer.submit(request, source)` takes a JSON payload (MQTT today) or a decoded
+  document (a Wyoming, Hermes or Home Assistant adapter next). It returns only once
+  an accepted announcement is in the journal, so a trigger that acknowledges its
+  message after that loses nothing; False means "not stored, deliver it again".
+- `Announcer.observe(callback)` registers a callable that gets every status change
+  (the `announce/status` payload of DESIGN.md):
+  queued -> speaking -> done | expired | failed, or rejected at once.
+
+A speaker thread takes the most urgent announcement and speaks it; a more urgent
+arrival stops it at the next sentence boundary and it resumes afterwards.
+
+What an announcement is spoken with (settings, synthesizer, sink opener, known
+voices) is one immutable `Speaking` bundle. Invariant: the bundle is replaced
+whole by `swap` (one reference assignment) and never mutated; `submit` reads it
+once per request and the speaker thread once per announcement, after clearing
+`idle`, and sets `idle` again only after its last use of it. So once `swap` has
+returned and `idle` is set, nothing holds the old bundle's synthesizer any more
+(`wait_idle`), and it may be closed.
 """
 
 from __future__ import annotations
@@ -13,43 +27,84 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from edge_agent.announce.journal import INTERRUPTED, Journal
+from edge_agent.announce.message import Announcement, Rejected, check_announcement, parse_announcement, status
+from edge_agent.announce.playout import SinkOpener, speak
+from edge_agent.announce.queue import AnnouncementQueue, Item
 from edge_agent.config import AnnouncementSettings
 from edge_agent.metrics import Metrics
-from edge_agent.announce.message import Announcement, Rejected, parse_announcement, status
-from edge_agent.announce.journal import INTERRUPTED, Journal
-from edge_agent.announce.queue import AnnouncementQueue, Item
-from edge_agent.announce.playout import SinkOpener, speak
 from edge_agent.tts.voice import Synthesizer
 
 log = logging.getLogger(__name__)
 
-StatusSink = Callable[[dict[str, Any]], None]
+StatusObserver = Callable[[dict[str, Any]], None]
+"""Gets each `announce/status` payload, on the thread that changed the state."""
 
 
-class Announcements:
+@dataclass(frozen=True)
+class Speaking:
+    """Everything an announcement is checked and spoken with; replaced whole, never mutated."""
+
+    settings: AnnouncementSettings
+    synth: Synthesizer
+    opener: SinkOpener
+    voices: frozenset[str]
+    """Voice ids an announcement may ask for."""
+
+
+class Announcer:
     """The announcement pipeline of one device."""
 
-    def __init__(self, settings: AnnouncementSettings, journal: Journal, *,
-                 publish: StatusSink, voices: Callable[[], Collection[str]],
-                 synthesizer: Callable[[], Synthesizer], opener: Callable[[], SinkOpener],
-                 metrics: Metrics | None = None) -> None:
-        self.settings = settings
+    def __init__(self, speaking: Speaking, journal: Journal, *, metrics: Metrics | None = None) -> None:
         self.journal = journal
         self.queue = AnnouncementQueue()
         self.metrics = metrics or Metrics()
-        self._publish = publish
-        self._voices = voices
-        self._synthesizer = synthesizer
-        self._opener = opener
+        self._speaking = speaking
+        self._observers: tuple[StatusObserver, ...] = ()
+        self._observers_lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.busy = threading.Event()
         """Set while an announcement is being spoken (a listener can ignore its own voice)."""
+        self._idle = threading.Event()
+        """The opposite of `busy`, for `wait_idle`; see the module's invariant."""
+        self._idle.set()
         self.last_spoke = float("-inf")
         """`time.monotonic()` when speech last ended."""
+
+    # -- what it speaks with (any thread) ---------------------------------------------
+
+    @property
+    def speaking(self) -> Speaking:
+        return self._speaking
+
+    def swap(self, speaking: Speaking) -> Speaking:
+        """Speak the next announcement with `speaking`; returns the bundle it replaces.
+
+        The announcement being spoken (if any) finishes with the old bundle: close a
+        replaced synthesizer only after `wait_idle`.
+        """
+        old, self._speaking = self._speaking, speaking
+        return old
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no announcement is being spoken; False after `timeout` seconds."""
+        return self._idle.wait(timeout)
+
+    def observe(self, observer: StatusObserver) -> Callable[[], None]:
+        """Call `observer` with every status change from now on; returns a function that stops it."""
+        with self._observers_lock:
+            self._observers = (*self._observers, observer)
+
+        def forget() -> None:
+            with self._observers_lock:
+                self._observers = tuple(o for o in self._observers if o is not observer)
+
+        return forget
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -85,21 +140,30 @@ class Announcements:
         """The speaker thread is taking announcements."""
         return self._thread is not None and self._thread.is_alive()
 
-    def update(self, settings: AnnouncementSettings) -> None:
-        self.settings = settings
+    # -- inbound (the trigger's thread) --------------------------------------------------
 
-    # -- inbound (MQTT thread) -------------------------------------------------------
+    def submit(self, request: bytes | Mapping[str, Any], source: str = "") -> bool:
+        """Check, journal and queue one announcement (a JSON payload or a decoded document).
 
-    def receive(self, payload: bytes, topic: str = "") -> bool:
-        """Handle one payload; True once it may be acknowledged to the broker."""
+        True once the trigger may acknowledge it: it is in the journal, or it got a final
+        answer (rejected, duplicate, expired). False: it could not be stored; deliver it again.
+        `source` (a topic, a peer) is only logged.
+        """
         self.metrics.inc("announcements_received")
+        speaking = self._speaking
         try:
-            ann = parse_announcement(payload, self.settings, self._voices())
+            if isinstance(request, bytes):
+                ann = parse_announcement(request, speaking.settings, speaking.voices)
+            else:
+                ann = check_announcement(request, speaking.settings, speaking.voices)
         except Rejected as exc:
             self.metrics.inc("announcements_rejected")
-            log.warning("announcement rejected: %s", exc.reason, extra={"id": exc.id, "topic": topic})
+            log.warning("announcement rejected: %s", exc.reason, extra={"id": exc.id, "topic": source})
             self._status(exc.id, "rejected", error=exc.reason)
             return True
+        return self._accept(ann, speaking.settings, source)
+
+    def _accept(self, ann: Announcement, settings: AnnouncementSettings, source: str) -> bool:
         seen = self.journal.get(ann.id)
         if seen is not None:
             # Redelivery or a producer retrying: never spoken twice; tell it where things stand.
@@ -107,16 +171,16 @@ class Announcements:
             log.info("duplicate announcement ignored (%s)", seen.state, extra={"id": ann.id})
             self._status(ann.id, seen.state, duplicate=True, **seen.extra)
             return True
-        if len(self.queue) >= self.settings.queue_max:
+        if len(self.queue) >= settings.queue_max:
             self.metrics.inc("announcements_rejected")
-            reason = f"queue full ({self.settings.queue_max} waiting)"
+            reason = f"queue full ({settings.queue_max} waiting)"
             log.warning("announcement rejected: %s", reason, extra={"id": ann.id})
             self._status(ann.id, "rejected", error=reason)
             return True
         try:
             self.journal.accept(ann)
         except OSError as exc:
-            # Not acknowledged: the broker keeps it and delivers it again after a reconnect.
+            # Not acknowledged: the trigger delivers it again (the MQTT broker after a reconnect).
             log.error("cannot journal announcement: %s", exc, extra={"id": ann.id})
             return False
         self.metrics.inc("announcements_accepted")
@@ -125,7 +189,7 @@ class Announcements:
             return True
         self.queue.put(ann)
         self.metrics.set("announcements_queued", len(self.queue))
-        log.info("announcement queued (priority %d)", ann.priority, extra={"id": ann.id, "topic": topic})
+        log.info("announcement queued (priority %d)", ann.priority, extra={"id": ann.id, "topic": source})
         self._status(ann.id, "queued", priority=ann.priority)
         return True
 
@@ -161,15 +225,18 @@ class Announcements:
                      extra={"id": ann.id, "engine": engine, "resume": item.resume})
             self._status(ann.id, "speaking", engine=engine)
 
+        self._idle.clear()  # before reading the bundle: see the module's invariant
+        self.busy.set()
+        speaking = self._speaking
+
         def should_stop() -> bool:
             if self._stopping.is_set():
                 return True
             top = self.queue.top_priority()
-            return self.settings.interrupt and top is not None and top > ann.priority
+            return speaking.settings.interrupt and top is not None and top > ann.priority
 
-        self.busy.set()
         try:
-            result = speak(item, self._synthesizer(), self._opener(), should_stop=should_stop,
+            result = speak(item, speaking.synth, speaking.opener, should_stop=should_stop,
                            on_start=started)
         except Exception as exc:
             error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -181,6 +248,7 @@ class Announcements:
         finally:
             self.last_spoke = time.monotonic()
             self.busy.clear()
+            self._idle.set()
         if result.complete:
             self.metrics.inc("announcements_spoken")
             log.info("announcement spoken (%.2f s of audio)", result.audio_s,
@@ -204,7 +272,9 @@ class Announcements:
         self._status(ann.id, state)
 
     def _status(self, ann_id: str | None, state: str, **extra: Any) -> None:
-        try:
-            self._publish(status(ann_id, state, **extra))
-        except Exception:
-            log.exception("cannot publish announcement status", extra={"id": ann_id})
+        doc = status(ann_id, state, **extra)
+        for observer in self._observers:
+            try:
+                observer(doc)
+            except Exception:
+                log.exception("an announcement status observer failed", extra={"id": ann_id})

@@ -1,4 +1,9 @@
-"""Speaking one announcement: synthesis stream -> (chime) -> gain -> sink, stoppable between sentences."""
+"""Playing one announcement out: synthesis stream -> (chime) -> gain -> sink, stoppable between sentences.
+
+The audio policy of announcements lives here: where they are heard (`SinkOpener`:
+the sound card or one WAV file per id), the attention chime, the per-announcement
+gain, and resampling when the engine changes mid-announcement.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +16,12 @@ from typing import Protocol
 
 import numpy as np
 
+from edge_agent.announce.message import Announcement
+from edge_agent.announce.queue import Item
 from edge_agent.audio.playback import play
 from edge_agent.audio.resample import Float32, resample
 from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
 from edge_agent.errors import AudioError
-from edge_agent.announce.message import Announcement
-from edge_agent.announce.queue import Item
 from edge_agent.tts.voice import AudioChunk, Synthesizer
 
 log = logging.getLogger(__name__)

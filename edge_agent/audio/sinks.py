@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Protocol
 
 import numpy as np
@@ -41,23 +40,6 @@ class Sink(Protocol):
     def abort(self) -> None:
         """Stop now and discard what is not yet out."""
         ...
-
-
-class SinkContext:
-    """`with` support for any sink: close on success, abort on error."""
-
-    def __init__(self, sink: Sink) -> None:
-        self.sink = sink
-
-    def __enter__(self) -> Sink:
-        return self.sink
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if exc_type is None:
-            self.sink.close()
-        else:
-            self.sink.abort()
 
 
 class NullSink:

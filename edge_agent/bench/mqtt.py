@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edge_agent.announce.message import Announcement
 from edge_agent.audio.resample import Float32
 from edge_agent.audio.sinks import NullSink, Sink
 from edge_agent.bench.report import emit, machine, percentile
 from edge_agent.commands.context import Context
 from edge_agent.config import parse_override, parse_uri
 from edge_agent.errors import UsageError
-from edge_agent.announce.message import Announcement
 
 TEXTS = (
     "Dinner is ready.",

@@ -39,7 +39,6 @@ class SynthRouter:
         self.settings = settings
         self.client = client
         self.tts: TtsSettings = local.settings
-        self.last_engine = "local"
 
     @property
     def remote_enabled(self) -> bool:
@@ -69,7 +68,6 @@ class SynthRouter:
         if self.remote_enabled:
             start = yield from self._remote(sentences, voice, local.sample_rate)
         if start < len(sentences):
-            self.last_engine = "local"
             yield from synthesize_sentences(local, sentences, self.tts.sentence_silence_s, start)
 
     def _remote_voice(self, voice: str | None) -> str:
@@ -116,7 +114,6 @@ class SynthRouter:
                     heard_until = time.monotonic()
                     log.debug("remote first audio after %.3f s", heard_until - started)
                 heard_until = max(heard_until, time.monotonic()) + len(audio) / out_rate
-                self.last_engine = "remote"
                 yield AudioChunk(audio, out_rate, sentence.index, last=True, engine="remote")
                 index += 1
             remote.next_sentence(s.sentence_timeout_s)  # consume END
@@ -148,6 +145,8 @@ class SynthRouter:
         return Codec.PCM16, out_rate
 
     def close(self) -> None:
+        """Close the server connection; the local synthesizer may be shared (`bench offload`), so its
+        owner closes it."""
         if self.client is not None:
             self.client.close()
 

@@ -26,3 +26,7 @@ class LocalSynthesizer:
     def stream(self, text: str, voice: str | None = None) -> Iterator[AudioChunk]:
         loaded = self.voices.get(voice or self.settings.voice)
         return synthesize(loaded, text, self.settings.sentence_silence_s)
+
+    def close(self) -> None:
+        """Unload every voice of the registry (it is this synthesizer's own)."""
+        self.voices.close()

@@ -54,6 +54,14 @@ class Synthesizer(Protocol):
         """Chunks of `text` spoken by `voice` (None: the configured default)."""
         ...
 
+    def unload_idle(self) -> list[str]:
+        """Free voices unused for `tts.idle_unload_s`; the ids freed."""
+        ...
+
+    def close(self) -> None:
+        """Release what it holds (models, connections); called once, when nothing streams from it."""
+        ...
+
 
 @runtime_checkable
 class StreamingVoice(Voice, Protocol):

@@ -7,9 +7,9 @@ import textwrap
 
 import pytest
 
-from edge_agent.config import AnnouncementSettings
-from edge_agent.announce.message import Announcement
 from edge_agent.announce.journal import INTERRUPTED, Journal
+from edge_agent.announce.message import Announcement
+from edge_agent.config import AnnouncementSettings
 
 
 def ann(ann_id, priority=5, ts=100.0):

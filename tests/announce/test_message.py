@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from edge_agent.config import AnnouncementSettings
 from edge_agent.announce.message import Rejected, parse_announcement
+from edge_agent.config import AnnouncementSettings
 
 VOICES = {"en_US-joe-medium"}
 SETTINGS = AnnouncementSettings(max_payload_bytes=4096, max_text_chars=100)

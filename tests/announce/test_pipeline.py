@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from edge_agent.config import AnnouncementSettings
 from edge_agent.announce.journal import Journal
-from edge_agent.announce.pipeline import Announcements
+from edge_agent.announce.pipeline import Announcer, Speaking
 from edge_agent.announce.playout import DirOpener
+from edge_agent.config import AnnouncementSettings
 from tests.mqtt_support import GatedOpener, ToneSynth, wait_until, wav_levels
 
 VOICES = frozenset({"en_US-joe-medium"})
@@ -23,9 +23,8 @@ class Pipeline:
         self.synth = synth or ToneSynth()
         self.opener = opener or DirOpener(self.out)
         s = AnnouncementSettings(state_dir=tmp_path / "state", **settings)
-        self.service = Announcements(s, Journal(s.state_dir, s), publish=self._publish,
-                                     voices=lambda: VOICES, synthesizer=lambda: self.synth,
-                                     opener=lambda: self.opener)
+        self.service = Announcer(Speaking(s, self.synth, self.opener, VOICES), Journal(s.state_dir, s))
+        self.service.observe(self._publish)
         self.service.recover()
 
     def _publish(self, doc):
@@ -34,7 +33,7 @@ class Pipeline:
 
     def send(self, doc):
         payload = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
-        return self.service.receive(payload, "edge/dev/announce")
+        return self.service.submit(payload, "edge/dev/announce")
 
     def states(self, ann_id):
         with self.lock:
@@ -139,7 +138,9 @@ def test_expired_announcements_are_not_spoken(pipeline):
     p.send({"id": "late", "text": "Too late.", "expires_at": time.time() - 1})
     p.send({"id": "soon", "text": "Soon.", "expires_at": time.time() + 0.2})
     assert p.states("late") == ["expired"]
-    time.sleep(0.3)  # let "soon" pass its deadline while waiting in the queue
+    # let "soon" pass its deadline while waiting in the queue
+    wait_until(lambda: all(item.announcement.expired() for item in p.service.queue.items()),
+               what="'soon' to expire in the queue")
     p.service.start()
     p.wait_state("soon", "expired")
     assert p.states("soon") == ["queued", "expired"]
@@ -196,3 +197,54 @@ def test_announcements_accepted_before_a_restart_are_spoken_after_it(tmp_path):
         assert second.order() == ["a", "b"]
     finally:
         second.service.stop()
+
+
+def test_a_trigger_may_submit_a_decoded_document_and_gets_the_same_checks(pipeline):
+    p = pipeline()
+    p.service.start()
+    assert p.service.submit({"id": "w1", "text": "From another trigger."}, "wyoming")
+    assert p.service.submit({"id": "w2", "text": "x", "priority": 12}, "wyoming")
+    p.wait_state("w1", "done")
+    assert p.states("w1") == ["queued", "speaking", "done"]
+    assert p.states("w2") == ["rejected"]
+    rejected = next(d for d in p.statuses if d["id"] == "w2")
+    assert rejected["error"] == "'priority' must be an integer 0..9"
+
+
+def test_every_observer_sees_each_status_until_it_stops_and_a_failing_one_harms_none(pipeline):
+    p = pipeline()
+    seen: list[tuple[str, str]] = []
+
+    def broken(doc):
+        raise RuntimeError("observer bug")
+
+    p.service.observe(broken)
+    forget = p.service.observe(lambda doc: seen.append((doc["id"], doc["state"])))
+    p.send({"id": "a", "text": "Hi."})
+    forget()
+    p.send({"id": "b", "text": "Hi."})
+    assert seen == [("a", "queued")]
+    assert p.states("a") == ["queued"] and p.states("b") == ["queued"]
+
+
+def test_a_swapped_bundle_speaks_the_next_announcement_and_the_current_one_ends_with_the_old(
+        pipeline, tmp_path):
+    opener = GatedOpener(tmp_path / "out", gated="first")
+    p = pipeline(opener=opener)
+    p.service.start()
+    p.send({"id": "first", "text": "One. Two."})
+    assert opener.entered.wait(30)  # speaking "first" with the old bundle, held at the gate
+    assert not p.service.wait_idle(0)
+    new_synth = ToneSynth(engine="remote")
+    old = p.service.swap(Speaking(p.service.speaking.settings, new_synth, DirOpener(tmp_path / "new"),
+                                  VOICES))
+    assert old.synth is p.synth
+    p.send({"id": "second", "text": "Three."})
+    opener.gate.set()
+    p.wait_state("second", "done")
+    assert p.service.wait_idle(30)
+    assert p.synth.calls == ["One. Two."] and new_synth.calls == ["Three."]
+    assert wav_levels(tmp_path / "out" / "first.wav") == [0.1, 0.2]
+    assert wav_levels(tmp_path / "new" / "second.wav") == [0.1]
+    done = {d["id"]: d["engine"] for d in p.statuses if d["state"] == "done"}
+    assert done == {"first": "local", "second": "remote"}

@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
 
+from edge_agent.announce.message import Announcement
+from edge_agent.announce.playout import DirOpener, chime, speak
+from edge_agent.announce.queue import Item
 from edge_agent.audio.wav import read_wav
 from edge_agent.config import TtsSettings
 from edge_agent.models import ModelStore, load_catalog
-from edge_agent.announce.message import Announcement
-from edge_agent.announce.queue import Item
-from edge_agent.announce.playout import DirOpener, chime, speak
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
 from tests.mqtt_support import ToneSynth, wav_levels

@@ -123,6 +123,31 @@ def test_a_voice_that_fails_its_health_check_is_rolled_back_and_the_old_one_keep
         running.stop()
 
 
+def test_a_reloaded_voice_speaks_next_and_the_replaced_one_is_closed(tmp_path, broker, watcher):
+    made = []
+
+    def factory(settings):
+        made.append(ToneSynth(engine=f"voice{len(made)}"))
+        return made[-1]
+
+    running = Running(tmp_path, broker, synthesizer_factory=factory)
+    producer = Producer(broker.url)
+    try:
+        producer.publish("edge/dev1/config", signed(5, {"tts": {"length_scale": 1.5}}))
+        watcher.wait("edge/dev1/config/status", lambda d: d["version"] == 5 and d["state"] == "applied")
+        assert running.daemon.synth is made[1]
+        wait_until(lambda: made[0].closed, what="the replaced voice to be closed")
+        assert not made[1].closed
+        producer.publish("edge/dev1/announce", {"id": "after", "text": "New voice."})
+        done = watcher.wait("edge/dev1/announce/status",
+                            lambda d: d["id"] == "after" and d["state"] == "done")
+        assert done[0]["engine"] == "voice1"
+    finally:
+        producer.close()
+        running.stop()
+    assert made[1].closed  # shutdown closes the voice in use
+
+
 def test_an_idle_voice_is_unloaded_and_comes_back_for_the_next_announcement(tmp_path, broker, watcher):
     running = Running(tmp_path, broker, {"tts.idle_unload_s": 1.0}, synthesizer_factory=local_synthesizer)
     producer = Producer(broker.url)
