@@ -8,7 +8,7 @@ One append-only file of JSON lines, fsynced per record:
     {"op": "finish", "id": ..., "state": "done", ...}         done / expired / failed
     {"op": "seen", "id": ..., "state": ..., "ts": ...}        a finished id (after compaction)
 
-An announcement is accepted (and its MQTT message acknowledged) only once its
+An announcement is accepted (and its trigger's message, e.g. MQTT, acknowledged) only once its
 `accept` record is on disk, so a crash loses nothing that was acknowledged.
 Ids are spoken at most once: one that was speaking when the process died is
 reported `failed` at the next start rather than spoken again. At start the file
