@@ -190,6 +190,59 @@ class AsrSettings:
             raise ValueError(f"min_avg_logprob: {self.min_avg_logprob} is a log-probability, at most 0")
 
 
+WAKE_BUILTIN = ("okay_nabu", "hey_jarvis", "alexa", "hey_mycroft")
+"""microWakeWord models bundled with pymicro-wakeword."""
+
+
+@dataclass(frozen=True)
+class WakeSettings:
+    """Wake word: microWakeWord models (TensorFlow Lite) on the microphone's 16 kHz stream."""
+
+    models: tuple[str, ...] = ("okay_nabu",)
+    """Built-in names (okay_nabu, hey_jarvis, alexa, hey_mycroft) or the path of a microWakeWord
+    model's `.json`, whose `model` key names its `.tflite` beside it."""
+    probability_cutoff: dict[str, float] = field(default_factory=dict)
+    """Per model name (the `.tflite`'s stem): fire above this probability instead of the model's own."""
+    refractory_s: float = 2.0
+    """After a detection, ignore every model for this long (one utterance wakes once)."""
+    during_playback: Literal["barge_in", "ignore"] = "barge_in"
+    """A wake word while the device speaks: pause the announcement and start a turn, or ignore it."""
+    chime: bool = True
+    """Play a short chime when a turn starts (the user's cue to speak)."""
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ValueError("models: name at least one wake word model (or set listen.mode)")
+        for name, cutoff in self.probability_cutoff.items():
+            if not 0.0 < cutoff < 1.0:
+                raise ValueError(f"probability_cutoff.{name}: {cutoff} is outside 0..1")
+        if not 0.0 <= self.refractory_s <= 60.0:
+            raise ValueError(f"refractory_s: {self.refractory_s} is outside 0..60")
+
+
+@dataclass(frozen=True)
+class ListenSettings:
+    """What the microphone is used for, and the conversation turn."""
+
+    mode: Literal["wake", "always", "off"] = "wake"
+    """wake: transcribe one command after a wake word; always: transcribe everything; off: no microphone."""
+    command_timeout_s: float = 8.0
+    """A turn ends this long after it opened if the command has not ended by itself."""
+    early_end_ms: int = 150
+    """In a turn, decode at the first pause this long and end the turn there when Whisper hears a
+    complete sentence (0: always wait for the VAD hangover)."""
+    answer_wait_s: float = 5.0
+    """An announcement paused by a turn waits this long for the turn's answer before it resumes."""
+
+    def __post_init__(self) -> None:
+        if not 1.0 <= self.command_timeout_s <= 60.0:
+            raise ValueError(f"command_timeout_s: {self.command_timeout_s} is outside 1..60")
+        if not 0 <= self.early_end_ms <= 2000:
+            raise ValueError(f"early_end_ms: {self.early_end_ms} is outside 0..2000")
+        if not 0.0 <= self.answer_wait_s <= 120.0:
+            raise ValueError(f"answer_wait_s: {self.answer_wait_s} is outside 0..120")
+
+
 @dataclass(frozen=True)
 class ModelSettings:
     """The model store."""
@@ -497,6 +550,8 @@ class Settings:
     tts: TtsSettings = field(default_factory=TtsSettings)
     vad: VadSettings = field(default_factory=VadSettings)
     asr: AsrSettings = field(default_factory=AsrSettings)
+    wake: WakeSettings = field(default_factory=WakeSettings)
+    listen: ListenSettings = field(default_factory=ListenSettings)
     models: ModelSettings = field(default_factory=ModelSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     offload: OffloadSettings = field(default_factory=OffloadSettings)

@@ -1,0 +1,157 @@
+"""The wake word engine: 16 kHz mono audio in, detections (model, phrase, stream time) out.
+
+One microWakeWord front end (40 mel features per 10 ms) feeds every configured
+model; each model averages its probability over its sliding window and fires when it
+rises above its cutoff: a model re-arms only once its probability has fallen
+back below the cutoff, and after any detection all models are quiet for
+`refractory_s`, so a phrase wakes once however long its probability stays high. The engine knows
+no trigger: the hearing loop, a Wyoming `detect` service or a benchmark feed it
+the same way, and it does no I/O of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edge_agent.audio.resample import Float32
+from edge_agent.config import WakeSettings
+from edge_agent.errors import ModelError
+from edge_agent.wake.models import WakeModelSpec, check_all, check_tflite, library_path
+
+SAMPLE_RATE = 16000
+STEP = 160
+"""Samples per front-end step (10 ms)."""
+
+
+@dataclass(frozen=True)
+class Detection:
+    """A wake word heard."""
+
+    model: str
+    """Model name (`okay_nabu`)."""
+    wake_word: str
+    """The phrase (`Okay Nabu`)."""
+    time: float
+    """Seconds of stream time at the end of the audio that decided it."""
+    probability: float
+    """The windowed probability that crossed the cutoff."""
+
+    def to_json(self) -> dict[str, object]:
+        return {"wake_word": self.wake_word, "model": self.model, "time": round(self.time, 3),
+                "probability": round(self.probability, 3)}
+
+
+@dataclass
+class WakeStats:
+    """Counts since the engine was made or reset."""
+
+    audio_s: float = 0.0
+    detections: int = 0
+    suppressed: int = 0
+    """Rises above a cutoff inside a refractory period."""
+    peak: dict[str, float] = field(default_factory=dict)
+    """Highest windowed probability per model."""
+
+
+class WakeEngine:
+    """Feed blocks of any length with `feed` (float) or `feed_pcm` (s16le); get the detections in them."""
+
+    def __init__(self, specs: Sequence[WakeModelSpec], refractory_s: float = 2.0) -> None:
+        from pymicro_wakeword import MicroWakeWord, MicroWakeWordFeatures
+
+        if not specs:
+            raise ModelError("no wake word model configured")
+        lib = library_path()
+        self.specs = tuple(specs)
+        self.refractory = round(refractory_s * SAMPLE_RATE)
+        self._models = [
+            MicroWakeWord(spec.name, wake_word=spec.wake_word, tflite_model=spec.tflite_path,
+                          probability_cutoff=spec.probability_cutoff,
+                          sliding_window_size=spec.sliding_window_size, trained_languages=[],
+                          libtensorflowlite_c_path=lib)
+            for spec in specs
+        ]
+        self._frontend = MicroWakeWordFeatures()
+        self._pending = b""
+        self._pos = 0
+        self._quiet_until = 0
+        self._above = [False] * len(self.specs)
+        self.stats = WakeStats()
+
+    @classmethod
+    def load(cls, settings: WakeSettings) -> WakeEngine:
+        """The configured models, each checked (custom ones in a child process first)."""
+        specs = check_all(settings)
+        for spec in specs:
+            if not spec.builtin:
+                check_tflite(spec.tflite_path)
+        return cls(specs, settings.refractory_s)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(spec.name for spec in self.specs)
+
+    @property
+    def position(self) -> float:
+        """Seconds of audio processed so far."""
+        return self._pos / SAMPLE_RATE
+
+    def feed(self, samples: Float32) -> list[Detection]:
+        """Process 16 kHz mono float samples (-1..1)."""
+        pcm = np.clip(np.round(samples * 32767.0), -32768, 32767).astype("<i2")
+        return self.feed_pcm(pcm.tobytes())
+
+    def feed_pcm(self, pcm: bytes) -> list[Detection]:
+        """Process 16 kHz mono signed 16-bit little-endian PCM."""
+        data = self._pending + pcm if self._pending else pcm
+        step_bytes = STEP * 2
+        usable = len(data) - len(data) % step_bytes
+        self._pending = data[usable:]
+        found: list[Detection] = []
+        for offset in range(0, usable, step_bytes):
+            detection = self._step(data[offset:offset + step_bytes])
+            if detection is not None:
+                found.append(detection)
+        return found
+
+    def _step(self, chunk: bytes) -> Detection | None:
+        self._pos += STEP
+        self.stats.audio_s += STEP / SAMPLE_RATE
+        fired: Detection | None = None
+        for features in self._frontend.process_streaming(chunk):
+            for i, (spec, model) in enumerate(zip(self.specs, self._models, strict=True)):
+                prob = model.process_streaming_prob(features)
+                if prob is None:  # the model was closed under us
+                    continue
+                if prob > self.stats.peak.get(spec.name, 0.0):
+                    self.stats.peak[spec.name] = prob
+                rising = prob > spec.probability_cutoff and not self._above[i]
+                self._above[i] = prob > spec.probability_cutoff
+                if not rising:
+                    continue
+                if self._pos < self._quiet_until or fired is not None:
+                    self.stats.suppressed += 1
+                    continue
+                fired = Detection(spec.name, spec.wake_word, self._pos / SAMPLE_RATE, prob)
+        if fired is not None:
+            self._quiet_until = self._pos + self.refractory
+            self.stats.detections += 1
+        return fired
+
+    def reset(self) -> None:
+        """Forget all audio (a new stream); the models' streaming state is rebuilt."""
+        self._frontend.reset()
+        for model in self._models:
+            model.reset()
+        self._pending = b""
+        self._pos = 0
+        self._quiet_until = 0
+        self._above = [False] * len(self.specs)
+        self.stats = WakeStats()
+
+    def close(self) -> None:
+        for model in self._models:
+            model.close()
