@@ -419,6 +419,11 @@ class OffloadSettings:
     """auto: remote when reachable, local otherwise; local/remote: only that."""
     server: str = ""
     """`tcp://HOST:PORT` (or `tls://HOST:PORT`) of the synthesis server; empty means local only."""
+    servers: tuple[str, ...] = ()
+    """More servers (with `server`, one list): a new stream goes to the healthy one with the least load.
+    A host name stands for every address it resolves to (a Kubernetes headless Service)."""
+    resolve_interval_s: float = 30.0
+    """How often server host names are resolved again (servers come and go)."""
     voice: str = "kokoro-82m"
     """Voice asked of the server; empty means the local voice (`tts.voice`)."""
     codec: Literal["auto", "opus", "pcm16"] = "auto"
@@ -453,12 +458,22 @@ class OffloadSettings:
                 parse_uri(self.server, ("tcp", "tls"))
             except ValueError as exc:
                 raise ValueError(f"server: {exc}") from None
-        _positive(self, "connect_timeout_s", "first_audio_deadline_s", "sentence_timeout_s",
-                  "ping_interval_s", "ping_timeout_s", "breaker_open_s", "reconnect_min_s",
-                  "reconnect_max_s", "breaker_failures")
+        for i, uri in enumerate(self.servers):
+            try:
+                parse_uri(uri, ("tcp", "tls"))
+            except ValueError as exc:
+                raise ValueError(f"servers[{i}]: {exc}") from None
+        _positive(self, "resolve_interval_s", "connect_timeout_s", "first_audio_deadline_s",
+                  "sentence_timeout_s", "ping_interval_s", "ping_timeout_s", "breaker_open_s",
+                  "reconnect_min_s", "reconnect_max_s", "breaker_failures")
         if self.reconnect_max_s < self.reconnect_min_s:
             raise ValueError("reconnect_max_s: must not be below reconnect_min_s")
         _frame_limit(self.max_frame_bytes)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """Every configured server URI, `server` first, each once."""
+        return tuple(dict.fromkeys(((self.server,) if self.server else ()) + self.servers))
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from edge_agent.commands.context import Context
 from edge_agent.config import Endpoint, OffloadSettings, ServerSettings, TtsSettings
 from edge_agent.models.store import ModelStore
 from edge_agent.offload import messages as m
-from edge_agent.offload.client import ClientConnection, OffloadClient
+from edge_agent.offload.client import ClientConnection
 from edge_agent.offload.codecs import available_codecs
+from edge_agent.offload.pool import ServerPool
 from edge_agent.offload.router import SynthRouter
 from edge_agent.offload.server import ServerThread
 from edge_agent.tts.local import LocalSynthesizer
@@ -290,11 +291,11 @@ def measure_first_audio(ctx: Context, server: ServerThread, psk: bytes, voice_id
     times: dict[str, list[float]] = {"local": []}
     offload = OffloadSettings(server=server.uri, policy="remote", codec="opus", first_audio_deadline_s=60,
                               sentence_timeout_s=60)
-    client = OffloadClient(offload, psk)
-    client.start()
+    pool = ServerPool(offload, psk)
+    pool.start()
     try:
-        remote_router = SynthRouter(local, offload, client)
-        client.wait_ready(10)
+        remote_router = SynthRouter(local, offload, pool)
+        pool.wait_ready(10)
         for voice_id in voice_ids:
             first_chunk(remote_router, voice_id)
             times[f"remote_{voice_id}"] = []
@@ -306,7 +307,7 @@ def measure_first_audio(ctx: Context, server: ServerThread, psk: bytes, voice_id
                     raise RuntimeError(f"remote first audio fell back to {engine}")
                 times[f"remote_{voice_id}"].append(elapsed)
     finally:
-        client.close()
+        pool.close()
     for name, values in times.items():
         result[f"{name}_s"] = median(values)
     return result

@@ -38,6 +38,7 @@ from edge_agent.offload.messages import (
     Format,
     GoAway,
     Hello,
+    Load,
     Message,
     Ping,
     Pong,
@@ -114,6 +115,10 @@ class ClientConnection:
         self._ids = itertools.count(1)
         self._pings: dict[int, asyncio.Future[float]] = {}
         self.going_away = False
+        self.reported: Load | None = None
+        """The load in the server's last PONG."""
+        self.opened_since_report = 0
+        """Streams this client opened since that PONG: they may not be in it yet."""
         self.closed = asyncio.Event()
         self._reader = asyncio.get_running_loop().create_task(self._read_loop())
 
@@ -163,6 +168,7 @@ class ClientConnection:
         if stream > MAX_STREAM_ID:
             raise Unavailable("stream ids exhausted on this connection; reconnecting")
         self._streams[stream] = _Pending(sink)
+        self.opened_since_report += 1
         try:
             await self.conn.send(Synth(stream, voice, sentences, sample_rate, codec, deadline_ms))
         except ConnectionClosed:
@@ -179,6 +185,13 @@ class ClientConnection:
     @property
     def active_streams(self) -> int:
         return len(self._streams)
+
+    @property
+    def load(self) -> int:
+        """Estimated streams and queued sentences on the server: its last report plus what we added since."""
+        if self.reported is None:
+            return self.opened_since_report
+        return self.reported.total + self.opened_since_report
 
     async def ping(self, timeout: float) -> float:
         """Round-trip time of one PING/PONG; `RemoteTimeout` if none within `timeout`."""
@@ -227,6 +240,9 @@ class ClientConnection:
         if isinstance(message, Pong):
             fut = self._pings.get(message.nonce)
             if fut is not None and not fut.done():
+                if message.load is not None:
+                    self.reported = message.load
+                    self.opened_since_report = 0
                 fut.set_result(0.0)
             return
         if isinstance(message, Ping):
@@ -418,20 +434,60 @@ class RemoteStream:
             self._client.cancel(self.stream)
 
 
-class OffloadClient:
-    """A persistent connection kept by a background event-loop thread."""
+class ClientLoop:
+    """One event loop in a background thread; it holds every server connection of a device."""
 
-    def __init__(self, settings: OffloadSettings, psk: bytes | None, *,
-                 breaker: CircuitBreaker | None = None) -> None:
-        if not settings.server:
-            raise ValueError("offload.server is empty")
+    def __init__(self, name: str = "offload-client") -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def start(self) -> None:
+        if not self.thread.is_alive() and not self.loop.is_closed():
+            self.thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self.thread.is_alive()
+
+    def stop(self) -> None:
+        if not self.thread.is_alive():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+        self.loop.close()
+
+
+class OffloadClient:
+    """A persistent connection to one server, kept by a background event loop.
+
+    The loop is its own unless a `ClientLoop` is shared (a `ServerPool` runs
+    every server's client on one). `on_change` is called, on that loop, when the
+    connection comes or goes.
+    """
+
+    def __init__(self, settings: OffloadSettings, psk: bytes | None, *, endpoint: Endpoint | None = None,
+                 server_name: str = "", loop: ClientLoop | None = None,
+                 breaker: CircuitBreaker | None = None, on_change: Callable[[], None] | None = None) -> None:
+        if endpoint is None:
+            if not settings.server:
+                raise ValueError("offload.server is empty")
+            endpoint = parse_uri(settings.server, ("tcp", "tls"))
         self.settings = settings
-        self.endpoint = parse_uri(settings.server, ("tcp", "tls"))
+        self.endpoint = endpoint
+        host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
+        self.uri = f"{endpoint.scheme}://{host}:{endpoint.port}"
+        self.server_name = settings.tls_server_name or server_name
         self.psk = psk
         self.breaker = breaker or CircuitBreaker(settings.breaker_failures, settings.breaker_open_s)
         self._backoff = Backoff(settings.reconnect_min_s, settings.reconnect_max_s)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run_loop, name="offload-client", daemon=True)
+        self._owns_loop = loop is None
+        self._client_loop = loop or ClientLoop()
+        self._loop = self._client_loop.loop
+        self._on_change = on_change
         self._conn: ClientConnection | None = None
         self._attempted = threading.Event()
         self._stop = asyncio.Event()  # binds to the client loop on first use (Python >= 3.10)
@@ -442,23 +498,18 @@ class OffloadClient:
     # -- lifecycle -------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread.start()
+        self._client_loop.start()
         self._task = asyncio.run_coroutine_threadsafe(self._maintain(), self._loop)
 
-    def _run_loop(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_forever()
-
     def close(self) -> None:
-        if not self._thread.is_alive():
+        if self._task is None or not self._client_loop.running:
             return
         self._loop.call_soon_threadsafe(self._stop.set)
-        if self._task is not None:
-            with contextlib.suppress(Exception):
-                self._task.result(timeout=5)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
-        self._loop.close()
+        with contextlib.suppress(Exception):
+            self._task.result(timeout=5)
+        self._task = None
+        if self._owns_loop:
+            self._client_loop.stop()
 
     def __enter__(self) -> OffloadClient:
         self.start()
@@ -477,6 +528,11 @@ class OffloadClient:
         conn = self._conn
         return conn.info if conn is not None else None
 
+    @property
+    def attempted(self) -> bool:
+        """Has the first connection attempt ended (either way)?"""
+        return self._attempted.is_set()
+
     def wait_ready(self, timeout: float) -> bool:
         """Wait for the first connection attempt to end; True if connected now."""
         self._attempted.wait(timeout)
@@ -490,12 +546,12 @@ class OffloadClient:
             try:
                 conn = await ClientConnection.open(
                     self.endpoint, self.psk, timeout=s.connect_timeout_s, max_frame=s.max_frame_bytes,
-                    tls_ca=str(s.tls_ca) if s.tls_ca else None, server_name=s.tls_server_name)
+                    tls_ca=str(s.tls_ca) if s.tls_ca else None, server_name=self.server_name)
             except (OffloadError, ProtocolError) as exc:
                 repeated = self.last_error == f"connect: {exc}"
                 self._failed(f"connect: {exc}")
                 if isinstance(exc, AuthenticationFailed | RemoteError) and not repeated:
-                    log.error("offload: %s", exc)  # a configuration problem: say it once
+                    log.error("offload %s: %s", self.uri, exc)  # a configuration problem: say it once
                 await self._sleep(self._backoff.next())
                 continue
             self._conn = conn
@@ -503,10 +559,12 @@ class OffloadClient:
             self._backoff.reset()
             self.breaker.success()
             self._attempted.set()
-            log.info("offload: connected to %s (%s), voices %s, codecs %s", self.settings.server,
+            self._changed()
+            log.info("offload: connected to %s (%s), voices %s, codecs %s", self.uri,
                      conn.info.name, ", ".join(conn.info.voices), "/".join(c.name for c in conn.info.codecs))
             await self._keep_alive(conn)
             self._conn = None
+            self._changed()
             await conn.close()
             if not self._stop.is_set():
                 await self._sleep(self._backoff.next())
@@ -515,7 +573,12 @@ class OffloadClient:
         self.last_error = reason
         self.breaker.failure(reason)
         self._attempted.set()
-        log.debug("offload: %s", reason)
+        self._changed()
+        log.debug("offload %s: %s", self.uri, reason)
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
 
     async def _keep_alive(self, conn: ClientConnection) -> None:
         s = self.settings
@@ -552,7 +615,7 @@ class OffloadClient:
         conn = self.connection
         if conn is None:
             raise Unavailable(self.last_error or "not connected")
-        if threading.current_thread() is self._thread:
+        if threading.current_thread() is self._client_loop.thread:
             raise RuntimeError("open_stream must not be called on the offload loop thread")
         remote = RemoteStream(self, len(sentences))
         future = asyncio.run_coroutine_threadsafe(

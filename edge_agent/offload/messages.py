@@ -49,6 +49,7 @@ def codecs_in(mask: int) -> frozenset[Codec]:
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
+_PONG_LOAD = struct.Struct(">QHH")
 _HELLO = struct.Struct(f">{NONCE_SIZE}sBI")
 _SYNTH = struct.Struct(">BII")
 _FORMAT = struct.Struct(">IBHHH")
@@ -422,17 +423,38 @@ class Ping:
 
 
 @dataclass(frozen=True, slots=True)
+class Load:
+    """What a server reports about its work in a PONG: how a device picks the least busy server."""
+
+    queue_depth: int
+    """Sentences waiting for a synthesis worker."""
+    streams: int
+    """Streams open on the server, from every client."""
+
+    @property
+    def total(self) -> int:
+        return self.queue_depth + self.streams
+
+
+@dataclass(frozen=True, slots=True)
 class Pong:
     nonce: int
+    load: Load | None = None
+    """The server's load (servers send it; a client answering a server's PING does not)."""
 
     kind = MessageType.PONG
 
     def payload(self) -> bytes:
-        return _U64.pack(self.nonce)
+        if self.load is None:
+            return _U64.pack(self.nonce)
+        return _PONG_LOAD.pack(self.nonce, min(self.load.queue_depth, 0xFFFF), min(self.load.streams, 0xFFFF))
 
     @classmethod
     def parse(cls, frame: Frame) -> Pong:
-        return cls(_U64.unpack(frame.payload)[0])
+        if len(frame.payload) == _U64.size:
+            return cls(_U64.unpack(frame.payload)[0])
+        nonce, queue_depth, streams = _PONG_LOAD.unpack(frame.payload)
+        return cls(nonce, Load(queue_depth, streams))
 
 
 @dataclass(frozen=True, slots=True)

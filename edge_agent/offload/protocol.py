@@ -105,7 +105,7 @@ PAYLOAD_BOUNDS: dict[MessageType, tuple[int, int | None]] = {
     MessageType.CANCEL: (0, 0),
     MessageType.ERROR: (4, 4 + 0xFFFF),
     MessageType.PING: (8, 8),
-    MessageType.PONG: (8, 8),
+    MessageType.PONG: (8, 12),
     MessageType.GOAWAY: (4, 4 + 0xFFFF),
 }
 """Smallest and largest payload per type (None: up to the negotiated maximum)."""

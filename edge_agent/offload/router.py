@@ -1,12 +1,13 @@
-"""`SynthRouter`: remote synthesis when the server is healthy, local synthesis otherwise.
+"""`SynthRouter`: remote synthesis on a healthy server, local synthesis otherwise.
 
 The router splits the text once, with the local voice's splitter, and sends
-the server those exact sentences: sentence `i` means the same words on both
-sides. A remote sentence is yielded only when it is complete. When the server
+a server those exact sentences: sentence `i` means the same words on both
+sides. A remote sentence is yielded only when it is complete. When a server
 fails (connection lost, ERROR, a deadline missed), the sentences not yet
-yielded are synthesized locally, so every sentence is spoken exactly once:
-none lost, none repeated. A partially received sentence is dropped and
-spoken locally in full.
+yielded go to the next server the pool offers (a refusal such as BUSY moves
+them at once), and when none is left they are synthesized locally, so every
+sentence is spoken exactly once: none lost, none repeated. A partially
+received sentence is dropped and spoken again in full.
 """
 
 from __future__ import annotations
@@ -14,15 +15,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Generator, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
 from edge_agent.audio.resample import resample
 from edge_agent.config import OffloadSettings, Settings, TtsSettings
 from edge_agent.models.store import ModelStore
-from edge_agent.offload.client import OffloadClient, Unavailable
+from edge_agent.offload.client import OffloadClient, RemoteError, Unavailable
 from edge_agent.offload.codecs import opus_rate
 from edge_agent.offload.messages import Codec
+from edge_agent.offload.pool import ServerPool
+from edge_agent.offload.protocol import ErrorCode
 from edge_agent.offload.transport import OffloadError
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.voice import AudioChunk, Voice, synthesize_sentences
@@ -30,19 +34,36 @@ from edge_agent.tts.voice import AudioChunk, Voice, synthesize_sentences
 log = logging.getLogger(__name__)
 
 
+MOVE_AT_ONCE = frozenset({ErrorCode.BUSY, ErrorCode.TOO_MANY_STREAMS, ErrorCode.SHUTTING_DOWN,
+                          ErrorCode.UNKNOWN_VOICE})
+"""Refusals of a healthy server: the stream goes to the next server at once, its breaker untouched."""
+
+
+@dataclass
+class _Progress:
+    """How far one utterance has got, across the servers it moved through."""
+
+    first_by: float
+    """Monotonic time by which a server's first sentence must be complete."""
+    index: int = 0
+    """The next sentence to yield."""
+    heard_until: float = 0.0
+    """When the audio yielded so far will have finished playing."""
+
+
 class SynthRouter:
-    """A `Synthesizer` that prefers the server (policy `auto`/`remote`) and falls back locally."""
+    """A `Synthesizer` that prefers a server (policy `auto`/`remote`) and falls back locally."""
 
     def __init__(self, local: LocalSynthesizer, settings: OffloadSettings,
-                 client: OffloadClient | None = None) -> None:
+                 pool: ServerPool | None = None) -> None:
         self.local = local
         self.settings = settings
-        self.client = client
+        self.pool = pool
         self.tts: TtsSettings = local.settings
 
     @property
     def remote_enabled(self) -> bool:
-        return self.client is not None and self.settings.policy != "local"
+        return self.pool is not None and self.settings.policy != "local"
 
     def unload_idle(self) -> list[str]:
         """Free local voices unused for `tts.idle_unload_s`."""
@@ -75,56 +96,81 @@ class SynthRouter:
 
     def _remote(self, sentences: list[str], voice: str | None,
                 out_rate: int) -> Generator[AudioChunk, None, int]:
-        """Yield remote sentences; returns the index of the first sentence not yielded."""
-        client = self.client
-        assert client is not None
+        """Yield remote sentences, moving to the next server when one fails; returns the index of
+        the first sentence not yielded (what the local voice must speak)."""
+        pool = self.pool
+        assert pool is not None
         s = self.settings
-        strict = s.policy == "remote"
-        started = time.monotonic()
-        if not client.breaker.allow():
-            reason = client.breaker.last_failure or "server failing"
-            return self._give_up(strict, 0, f"circuit open ({reason})")
-        client.wait_ready(min(s.connect_timeout_s, s.first_audio_deadline_s))
-        info = client.info
+        pool.wait_ready(min(s.connect_timeout_s, s.first_audio_deadline_s))
         remote_voice = self._remote_voice(voice)
-        if info is not None and remote_voice not in info.voices:
-            client.breaker.success()  # the server is fine; it just does not have this voice
-            return self._give_up(strict, 0, f"server does not offer voice {remote_voice!r}")
+        progress = _Progress(first_by=time.monotonic() + s.first_audio_deadline_s)
+        tried: list[OffloadClient] = []
+        reason = ""
+        while progress.index < len(sentences):
+            client = pool.choose(remote_voice, tried)
+            if client is None:
+                reason = f"{reason}; {pool.why_none(remote_voice)}" if reason else pool.why_none(remote_voice)
+                break
+            tried.append(client)
+            failure = yield from self._from_server(client, sentences, remote_voice, out_rate, progress)
+            if not failure:
+                return progress.index
+            reason = failure
+            if progress.index < len(sentences):
+                log.info("offload: %s; sentence %d onwards goes to the next server", failure, progress.index)
+        if progress.index >= len(sentences):
+            return progress.index
+        return self._give_up(s.policy == "remote", progress.index, reason)
+
+    def _from_server(self, client: OffloadClient, sentences: list[str], voice: str, out_rate: int,
+                     progress: _Progress) -> Generator[AudioChunk, None, str]:
+        """Stream `sentences[progress.index:]` from one server; returns "" or why it stopped."""
+        s = self.settings
+        info = client.info
         codec, rate = self._wire_format(info.codecs if info else frozenset({Codec.PCM16}), out_rate)
+        start = progress.index
         try:
-            remote = client.open_stream(sentences, remote_voice, codec, rate, s.first_audio_deadline_s)
+            remote = client.open_stream(sentences[start:], voice, codec, rate, s.first_audio_deadline_s)
         except Unavailable as exc:
-            return self._give_up(strict, 0, str(exc))
+            return f"{client.uri}: {exc}"
         gap = np.zeros(round(self.tts.sentence_silence_s * out_rate), dtype=np.float32)
-        index = 0
-        heard_until = 0.0  # when the audio yielded so far will have finished playing
+        first = True
         try:
-            while index < len(sentences):
+            while progress.index < len(sentences):
                 now = time.monotonic()
-                if index == 0:
-                    timeout = started + s.first_audio_deadline_s - now
+                if first:
+                    timeout = max(progress.first_by, progress.heard_until) - now
                 else:
-                    timeout = max(s.sentence_timeout_s, heard_until - now)
+                    timeout = max(s.sentence_timeout_s, progress.heard_until - now)
                 sentence = remote.next_sentence(max(timeout, 0.0))
                 if sentence is None:
-                    raise OffloadError(f"stream ended after {index} of {len(sentences)} sentences")
+                    raise OffloadError(f"stream ended after {progress.index} of {len(sentences)} sentences")
                 audio = resample(sentence.samples, sentence.sample_rate, out_rate)
                 audio = np.concatenate([audio, gap])
-                if index == 0:
-                    heard_until = time.monotonic()
-                    log.debug("remote first audio after %.3f s", heard_until - started)
-                heard_until = max(heard_until, time.monotonic()) + len(audio) / out_rate
-                yield AudioChunk(audio, out_rate, sentence.index, last=True, engine="remote")
-                index += 1
+                now = time.monotonic()
+                if first:
+                    log.debug("remote first audio from %s after %.3f s", client.uri,
+                              now - (progress.first_by - s.first_audio_deadline_s))
+                progress.heard_until = max(progress.heard_until, now) + len(audio) / out_rate
+                yield AudioChunk(audio, out_rate, start + sentence.index, last=True, engine="remote")
+                progress.index += 1
+                first = False
             remote.next_sentence(s.sentence_timeout_s)  # consume END
+        except RemoteError as exc:
+            remote.cancel()
+            if not (first and exc.code in MOVE_AT_ONCE):
+                client.breaker.failure(str(exc))
+            return f"{client.uri}: {exc}"
         except OffloadError as exc:
             remote.cancel()
             client.breaker.failure(str(exc))
-            return self._give_up(strict, index, str(exc))
+            # The next server gets a fresh first-audio budget, counted from now.
+            progress.first_by = time.monotonic() + s.first_audio_deadline_s
+            return f"{client.uri}: {exc}"
         finally:
             remote.cancel()  # no-op after END; stops the server if the listener stopped early
         client.breaker.success()
-        return index
+        return ""
 
     def _give_up(self, strict: bool, index: int, reason: str) -> int:
         if strict:
@@ -147,22 +193,22 @@ class SynthRouter:
     def close(self) -> None:
         """Close the server connection; the local synthesizer may be shared (`bench offload`), so its
         owner closes it."""
-        if self.client is not None:
-            self.client.close()
+        if self.pool is not None:
+            self.pool.close()
 
 
 def make_synthesizer(settings: Settings, store: ModelStore) -> SynthRouter:
     """The synthesizer `settings` ask for; its client (if any) is already connecting. Close it when done.
 
-    With no `offload.server`, or policy `local`, the router never leaves the device.
+    With no `offload.server`/`offload.servers`, or policy `local`, the router never leaves the device.
     """
     from edge_agent.offload.auth import load_psk
     from edge_agent.tts.registry import VoiceRegistry
 
     local = LocalSynthesizer(VoiceRegistry(store, settings.tts), settings.tts)
     offload = settings.offload
-    client = None
-    if offload.server and offload.policy != "local":
-        client = OffloadClient(offload, load_psk(offload.psk_file))
-        client.start()
-    return SynthRouter(local, offload, client)
+    pool = None
+    if offload.targets and offload.policy != "local":
+        pool = ServerPool(offload, load_psk(offload.psk_file))
+        pool.start()
+    return SynthRouter(local, offload, pool)

@@ -29,6 +29,7 @@ from edge_agent.offload.messages import (
     Format,
     GoAway,
     Hello,
+    Load,
     Ping,
     Pong,
     Synth,
@@ -255,7 +256,8 @@ class _Session:
                 if stream is not None:  # else it already ended: CANCEL crossed END on the wire
                     stream.ticket.cancel()
             elif isinstance(message, Ping):
-                await self.conn.send(Pong(message.nonce))
+                metrics = self.server.metrics
+                await self.conn.send(Pong(message.nonce, Load(metrics.queue_depth, metrics.open_streams)))
             elif isinstance(message, Pong):
                 pass
             elif isinstance(message, Error):

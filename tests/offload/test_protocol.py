@@ -34,6 +34,7 @@ ALL = [
     m.Error(9, 103, "busy"),
     m.Ping(2**64 - 1),
     m.Pong(0),
+    m.Pong(5, m.Load(queue_depth=3, streams=2)),
     m.GoAway(105, "bye"),
 ]
 
@@ -162,3 +163,17 @@ def test_streams_interleave_on_one_connection():
     got = [m.decode(f) for f in FrameDecoder().feed(wire)]
     assert [x.stream for x in got] == [1, 3, 1, 3, 1, 3]
     assert [x.last for x in got if x.stream == 3] == [False, False, True]
+
+
+def test_pong_load_is_optional_and_clamped_to_its_field():
+    assert len(m.Pong(1).payload()) == 8  # what a client (or an older server) sends
+    wire = m.encode(m.Pong(1, m.Load(queue_depth=70000, streams=4)))
+    (frame,) = FrameDecoder().feed(wire)
+    assert m.decode(frame) == m.Pong(1, m.Load(0xFFFF, 4))
+
+
+def test_pong_with_a_partial_load_field_is_malformed():
+    wire = header(kind=0x21, length=10) + bytes(10)
+    (frame,) = FrameDecoder().feed(wire)
+    with pytest.raises(MalformedPayload):
+        m.decode(frame)

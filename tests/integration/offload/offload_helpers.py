@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
+import random
 import re
 import signal
 import subprocess
@@ -13,15 +15,25 @@ import time
 from collections import defaultdict
 
 from edge_agent.config import OffloadSettings
-from edge_agent.offload.client import OffloadClient
+from edge_agent.offload.pool import ServerPool
 from edge_agent.offload.router import SynthRouter
 from edge_agent.offload.server import ServerThread
 
 PSK = b"integration-test-key-0123456789"
 PIPER = "en_US-joe-medium"
 
-__all__ = ["PIPER", "PSK", "ScriptedServer", "ServeProcess", "ServerThread", "free_port",
-           "make_router", "spoken"]
+__all__ = [
+    "PIPER",
+    "PSK",
+    "InOrder",
+    "ScriptedServer",
+    "ServeProcess",
+    "ServerThread",
+    "free_port",
+    "make_router",
+    "only_client",
+    "spoken",
+]
 
 
 class ServeProcess:
@@ -64,7 +76,9 @@ class ScriptedServer:
     """A misbehaving server that speaks the real protocol: handshake, then a script per request.
 
     Scripts: `partial` (sentence 0 whole, half of sentence 1, then the socket closes),
-    `stall` (sentence 0 whole, then silence on an open connection), `silent` (no audio at all).
+    `stall` (sentence 0 whole, then silence on an open connection), `silent` (no audio at all),
+    `busy` (every request refused with BUSY), `goaway` (GOAWAY right after the handshake, then
+    nothing: the connection stays open).
     """
 
     def __init__(self, script: str, psk: bytes = PSK, voice: str = "kokoro-82m", rate: int = 22050) -> None:
@@ -106,6 +120,8 @@ class ScriptedServer:
                 transcript = (hello.payload(), challenge.payload())
                 assert auth.verify(auth.client_proof(psk, *transcript), proof.mac)
                 send(m.Welcome(auth.server_proof(psk, *transcript), 1, (m.VoiceInfo(voice, rate),)))
+                if self.script == "goaway":
+                    send(m.GoAway(105, "draining"))
                 while True:
                     for msg in await read():
                         if isinstance(msg, m.Ping):
@@ -115,7 +131,10 @@ class ScriptedServer:
                         elif isinstance(msg, m.Synth):
                             self.requests.append(msg)
                             sid = msg.stream
-                            if self.script == "silent":
+                            if self.script == "busy":
+                                send(m.Error(sid, 103, "server queue is full"))
+                                continue
+                            if self.script in ("silent", "goaway"):
                                 continue
                             send(m.Format(sid, rate, m.Codec.PCM16, 0, 0, len(msg.sentences)))
                             send(m.Audio(sid, 0, rate // 2, pcm[: rate], last=False))
@@ -159,14 +178,33 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def make_router(local_synth, uri, psk=PSK, **overrides):
-    values = {"server": uri, "policy": "auto", "voice": "kokoro-82m", "codec": "pcm16",
-              "connect_timeout_s": 2.0, "first_audio_deadline_s": 5.0, "sentence_timeout_s": 5.0,
-              "reconnect_min_s": 0.05, "reconnect_max_s": 0.2} | overrides
+class InOrder(random.Random):
+    """Breaks the pool's ties between equally loaded servers in the order they are listed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._next = itertools.count()
+
+    def random(self) -> float:
+        return float(next(self._next))
+
+
+def make_router(local_synth, uri, psk=PSK, rng=None, **overrides):
+    """A router over a pool of `uri` (one URI, or a list of them)."""
+    uris = [uri] if isinstance(uri, str) else list(uri)
+    values = {"server": uris[0], "servers": tuple(uris[1:]), "policy": "auto", "voice": "kokoro-82m",
+              "codec": "pcm16", "connect_timeout_s": 2.0, "first_audio_deadline_s": 5.0,
+              "sentence_timeout_s": 5.0, "reconnect_min_s": 0.05, "reconnect_max_s": 0.2} | overrides
     settings = OffloadSettings(**values)
-    client = OffloadClient(settings, psk)
-    client.start()
-    return SynthRouter(local_synth, settings, client)
+    pool = ServerPool(settings, psk, rng=rng)
+    pool.start()
+    return SynthRouter(local_synth, settings, pool)
+
+
+def only_client(router):
+    """The client of a one-server router."""
+    (client,) = router.pool.clients
+    return client
 
 
 def spoken(chunks, count):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from offload_helpers import PIPER, free_port, make_router, spoken
+from offload_helpers import PIPER, free_port, make_router, only_client, spoken
 
 from edge_agent.offload.transport import OffloadError
 
@@ -88,7 +88,7 @@ def test_absent_server_gives_local_audio_within_the_deadline(local_synth):
         router.close()
     assert spoken(chunks, 3) == ["local"] * 3
     assert ttfa < 1.0 + 2.0
-    assert router.client.breaker.last_failure.startswith("connect")
+    assert only_client(router).breaker.last_failure.startswith("connect")
 
 
 def test_open_breaker_keeps_utterances_local_without_asking_the_server(scripted, local_synth):
@@ -97,7 +97,7 @@ def test_open_breaker_keeps_utterances_local_without_asking_the_server(scripted,
                          breaker_open_s=60)
     try:
         spoken(list(router.stream(TEXT)), 3)
-        assert router.client.breaker.state.value == "open"
+        assert only_client(router).breaker.state.value == "open"
         assert spoken(list(router.stream(TEXT)), 3) == ["local"] * 3
     finally:
         router.close()
@@ -128,7 +128,7 @@ def test_voice_the_server_does_not_offer_is_spoken_locally(serve, local_synth):
     router = make_router(local_synth, server.uri, voice="kokoro-82m")  # the test server has Piper only
     try:
         assert spoken(list(router.stream(TEXT)), 3) == ["local"] * 3
-        assert router.client.breaker.state.value == "closed"
+        assert only_client(router).breaker.state.value == "closed"
     finally:
         router.close()
 
@@ -184,11 +184,11 @@ def test_client_reconnects_when_the_server_comes_back(serve, local_synth):
         assert spoken(list(router.stream(TEXT)), 3) == ["local"] * 3
         serve(port=port)
         deadline = time.monotonic() + 10
-        while router.client.connection is None and time.monotonic() < deadline:
+        while only_client(router).connection is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert router.client.connection is not None, router.client.last_error
+        assert only_client(router).connection is not None, only_client(router).last_error
         time.sleep(0.5)  # past the breaker's cool-down; a ping closes it
         assert spoken(list(router.stream(TEXT)), 3) == ["remote"] * 3
-        assert router.client.connects == 2
+        assert only_client(router).connects == 2
     finally:
         router.close()
