@@ -53,7 +53,8 @@ def test_new_stream_goes_to_the_least_loaded_server(serve, local_synth):
 def test_busy_answer_moves_the_stream_to_the_next_server_at_once(scripted, serve, local_synth):
     refusing = scripted("busy", voice=PIPER)
     server = serve()
-    router = make_router(local_synth, [refusing.uri, server.uri], voice=PIPER, rng=InOrder())
+    router = make_router(local_synth, [refusing.uri, server.uri], voice=PIPER, rng=InOrder(),
+                         breaker_failures=1)
     try:
         router.pool.wait_ready(5)
         wait_until(lambda: all(c.connection for c in router.pool.clients), 10, "both connections")
