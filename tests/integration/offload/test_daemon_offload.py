@@ -24,7 +24,7 @@ def test_announcements_report_the_remote_engine_and_fall_back_to_local(tmp_path,
     producer = Producer(broker.url)
     try:
         wait_until(lambda: daemon.bridge is not None and daemon.bridge.connected, what="connect")
-        assert daemon.synth.client.wait_ready(30)  # the router's connection to the server
+        assert daemon.synth.pool.wait_ready(30)  # the router's connection to the server
         producer.publish("edge/dev1/announce", {"id": "r1", "text": "Spoken by the server. Twice over."})
         done = watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "r1" and d["state"] == "done")
         assert done[0]["engine"] == "remote"

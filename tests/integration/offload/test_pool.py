@@ -21,6 +21,11 @@ def _requests(server) -> int:
     return server.server.metrics.counters["requests"]
 
 
+def _connected(router, uri: str) -> bool:
+    client = router.pool.client(uri)
+    return client is not None and client.connection is not None
+
+
 def test_one_server_uri_is_a_one_entry_list(serve, local_synth):
     server = serve()
     router = make_router(local_synth, server.uri, voice=PIPER)
@@ -40,7 +45,7 @@ def test_new_stream_goes_to_the_least_loaded_server(serve, local_synth):
         assert loader.wait_ready(10)
         held = loader.open_stream(LONG.split(". "), PIPER, Codec.PCM16)  # six sentences queued, unread
         pool = router.pool
-        wait_until(lambda: (c := pool.client(busy.uri)) and c.connection and c.connection.load > 0,
+        wait_until(lambda: _connected(router, busy.uri) and pool.client(busy.uri).connection.load > 0,
                    10, "the loaded server to report its load in a PONG")
         assert spoken(list(router.stream(TEXT)), 3) == ["remote"] * 3
         held.cancel()
@@ -55,9 +60,9 @@ def test_busy_answer_moves_the_stream_to_the_next_server_at_once(scripted, serve
     server = serve()
     router = make_router(local_synth, [refusing.uri, server.uri], voice=PIPER, rng=InOrder(),
                          breaker_failures=1)
+    peers = (refusing, server)
     try:
-        router.pool.wait_ready(5)
-        wait_until(lambda: all(c.connection for c in router.pool.clients), 10, "both connections")
+        wait_until(lambda: all(_connected(router, p.uri) for p in peers), 10, "both connections")
         started = time.monotonic()
         chunks = list(router.stream(TEXT))
         elapsed = time.monotonic() - started
@@ -75,8 +80,8 @@ def test_server_going_away_gets_no_new_streams(scripted, serve, local_synth):
     server = serve()
     router = make_router(local_synth, [draining.uri, server.uri], voice=PIPER, rng=InOrder())
     try:
-        wait_until(lambda: router.pool.client(server.uri).connection, 10, "the healthy server")
-        wait_until(lambda: router.pool.client(draining.uri).attempted, 10, "the draining server")
+        wait_until(lambda: _connected(router, server.uri), 10, "the healthy server")
+        wait_until(lambda: (c := router.pool.client(draining.uri)) and c.attempted, 10, "the draining server")
         assert spoken(list(router.stream(TEXT)), 3) == ["remote"] * 3
     finally:
         router.close()
@@ -87,8 +92,9 @@ def test_server_dying_mid_utterance_hands_the_rest_to_the_other(scripted, serve,
     dying = scripted("partial", voice=PIPER)
     server = serve()
     router = make_router(local_synth, [dying.uri, server.uri], voice=PIPER, rng=InOrder())
+    peers = (dying, server)
     try:
-        wait_until(lambda: all(c.connection for c in router.pool.clients), 10, "both connections")
+        wait_until(lambda: all(_connected(router, p.uri) for p in peers), 10, "both connections")
         chunks = list(router.stream(TEXT))
     finally:
         router.close()
