@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import base64
 import copy
-import dataclasses
 import os
 import socket
-import types
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from edge_agent.errors import ConfigError
+from edge_agent.models.catalog import load_catalog
 from edge_agent.safeyaml import YamlLimits, load_yaml, load_yaml_file
+from edge_agent.typedtree import build, describe, merge
 
 CONFIG_ENV = "EDGE_AGENT_CONFIG"
 """Environment variable naming the config file when `--config` is not given."""
@@ -577,9 +577,6 @@ class Settings:
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
 
 
-T = TypeVar("T")
-
-
 @dataclass(frozen=True)
 class Endpoint:
     """A parsed `scheme://host:port`."""
@@ -591,8 +588,6 @@ class Endpoint:
 
 def parse_uri(uri: str, schemes: tuple[str, ...]) -> Endpoint:
     """Parse `scheme://host:port` (IPv6 hosts in brackets); ValueError says what is wrong."""
-    from urllib.parse import urlsplit
-
     parts = urlsplit(uri)
     if parts.scheme not in schemes:
         raise ValueError(f"{uri!r}: scheme must be one of {', '.join(s + '://' for s in schemes)}")
@@ -603,94 +598,6 @@ def parse_uri(uri: str, schemes: tuple[str, ...]) -> Endpoint:
     if not parts.hostname or port is None or parts.path not in ("", "/"):
         raise ValueError(f"{uri!r}: expected {parts.scheme}://HOST:PORT")
     return Endpoint(parts.scheme, parts.hostname, port)
-
-
-def build(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T:
-    """Build dataclass `cls` from plain data, checking keys and types recursively."""
-    if data is None:
-        data = {}
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{path or 'config'}: expected a mapping, got {_kind(data)}")
-    assert dataclasses.is_dataclass(cls)
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = [k for k in data if k not in fields]
-    if unknown:
-        key = _join(path, str(unknown[0]))
-        raise ConfigError(f"{key}: unknown key (expected one of: {', '.join(sorted(fields))})")
-    kwargs = {name: _coerce(hints[name], value, _join(path, name)) for name, value in data.items()}
-    try:
-        return cls(**kwargs)
-    except ValueError as exc:
-        msg = str(exc)
-        raise ConfigError(f"{_join(path, msg)}" if path else msg) from None
-
-
-def _coerce(tp: Any, value: Any, path: str) -> Any:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        errors = []
-        for candidate in inner:
-            try:
-                return _coerce(candidate, value, path)
-            except ConfigError as exc:
-                errors.append(exc)
-        raise errors[0]
-    if origin is Literal:
-        if value not in args:
-            choices = ", ".join(repr(a) for a in args)
-            raise ConfigError(f"{path}: {value!r} is not one of {choices}")
-        return value
-    if origin is tuple:
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{path}: expected a list, got {_kind(value)}")
-        return tuple(_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
-    if origin is dict:
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{path}: expected a mapping, got {_kind(value)}")
-        return {
-            _coerce(args[0], k, path): _coerce(args[1], v, _join(path, str(k)))
-            for k, v in value.items()
-        }
-    if dataclasses.is_dataclass(tp):
-        return build(tp, value, path)  # type: ignore[arg-type]
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{path}: expected true or false, got {_kind(value)}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{path}: expected an integer, got {_kind(value)}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{path}: expected a number, got {_kind(value)}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{path}: expected a string, got {_kind(value)}")
-        return value
-    if tp is Path:
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{path}: expected a path, got {_kind(value)}")
-        return Path(value).expanduser()
-    raise ConfigError(f"{path}: unsupported setting type {tp!r}")
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(value), f"{type(value).__name__} {value!r}"
-    )
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -713,17 +620,6 @@ def _apply_override(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    """Deep-merge two plain config trees; `top` wins, mappings merge key by key."""
-    out = dict(base)
-    for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def load_settings(
     path: Path | None = None,
     overrides: Mapping[str, Any] | None = None,
@@ -740,7 +636,7 @@ def load_settings(
     if path is not None:
         doc = load_yaml_file(path)
         if doc is not None and not isinstance(doc, dict):
-            raise ConfigError(f"{path}: top level must be a mapping, got {_kind(doc)}")
+            raise ConfigError(f"{path}: top level must be a mapping, got {describe(doc)}")
         tree = doc or {}
     for layer in layers:
         tree = merge(tree, copy.deepcopy(dict(layer)))  # overrides below mutate the tree
@@ -752,32 +648,13 @@ def load_settings(
 
 
 def validate(settings: Settings) -> None:
-    """Checks that span sections or need the model catalog."""
-    from edge_agent.models.catalog import load_catalog
-
+    """Checks that span sections or need the model catalog (voices are catalog ids)."""
     catalog = load_catalog(settings.models.catalog)
-    voices = catalog.ids(task="tts")
-    if settings.tts.voice not in voices:
-        raise ConfigError(
-            f"tts.voice: unknown voice {settings.tts.voice!r} (known: {', '.join(voices)})"
-        )
+    catalog.check_voice("tts.voice", settings.tts.voice)
     if settings.offload.policy == "remote" and not settings.offload.server:
         raise ConfigError("offload.policy: 'remote' needs offload.server (tcp://HOST:PORT)")
     for key, voice in [("offload.voice", settings.offload.voice)] + [
         (f"server.voices[{i}]", v) for i, v in enumerate(settings.server.voices)
     ]:
-        if voice and voice not in voices:
-            raise ConfigError(f"{key}: unknown voice {voice!r} (known: {', '.join(voices)})")
-
-
-def to_dict(obj: Any) -> Any:
-    """Plain-data form of a settings tree (paths as strings), for printing and diffing."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, Path):
-        return str(obj)
-    if isinstance(obj, tuple):
-        return [to_dict(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: to_dict(v) for k, v in obj.items()}
-    return obj
+        if voice:
+            catalog.check_voice(key, voice)

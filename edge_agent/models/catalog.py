@@ -9,9 +9,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
 
-from edge_agent.config import build
 from edge_agent.errors import ConfigError, ModelError
 from edge_agent.safeyaml import load_yaml, load_yaml_file
+from edge_agent.typedtree import build
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 """A sha256 as the catalog, manifests and fleet configs write it."""
@@ -113,6 +113,12 @@ class Catalog:
 
     def ids(self, task: str | None = None) -> list[str]:
         return sorted(k for k, e in self.entries.items() if task is None or e.task == task)
+
+    def check_voice(self, key: str, voice: str) -> None:
+        """ConfigError naming setting `key` unless `voice` is a TTS model of this catalog."""
+        voices = self.ids(task="tts")
+        if voice not in voices:
+            raise ConfigError(f"{key}: unknown voice {voice!r} (known: {', '.join(voices)})")
 
     def __iter__(self) -> Any:
         return iter(self.entries[k] for k in sorted(self.entries))

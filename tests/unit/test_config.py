@@ -2,8 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.config import Settings, load_settings, parse_override, to_dict
+from edge_agent.config import Settings, load_settings, parse_override
 from edge_agent.errors import ConfigError
+from edge_agent.typedtree import to_dict
 
 REPO = Path(__file__).resolve().parents[2]
 
