@@ -2,11 +2,11 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.config import Settings, load_settings, parse_override
+from edge_agent.config import FleetSettings, Settings, load_settings, parse_override
 from edge_agent.errors import ConfigError
 from edge_agent.typedtree import to_dict
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -121,3 +121,28 @@ def test_server_and_offload_settings_are_checked(tmp_path):
         load_settings(write(tmp_path, "offload:\n  max_frame_bytes: 100\n"))
     with pytest.raises(ConfigError, match=r"^offload\.server: 'http://x:1': scheme must be"):
         load_settings(write(tmp_path, "offload:\n  server: http://x:1\n"))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("mqtt:\n  session_expiry_s: 0\n", r"^mqtt\.session_expiry_s: must be more than 0"),
+    ("mqtt:\n  client_id: a/b\n", r"^mqtt\.client_id:"),
+    ("mqtt:\n  reconnect_min_s: 5\n  reconnect_max_s: 1\n", r"^mqtt\.reconnect_min_s"),
+    ("fleet:\n  trusted_keys: [not-a-key]\n", r"^fleet\.trusted_keys: 'not-a-key'"),
+    ("announcements:\n  default_priority: 10\n", r"^announcements\.default_priority: 10 is outside 0\.\.9"),
+    ("daemon:\n  out_dir: 5\n", r"^daemon\.out_dir: expected a path"),
+])
+def test_daemon_settings_errors_name_their_key(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_settings(write(tmp_path, text))
+
+
+def test_device_id_and_fleet_are_protected_even_if_the_list_forgets_them():
+    assert FleetSettings(protected_keys=("tts",)).protected == ("device.id", "fleet", "tts")
+
+
+def test_layers_sit_between_the_file_and_the_overrides(tmp_path):
+    path = write(tmp_path, "audio:\n  volume: 0.9\ntts:\n  threads: 1\n")
+    layer = {"audio": {"volume": 0.5}, "tts": {"threads": 3}}
+    settings = load_settings(path, {"tts.threads": 2}, layers=[layer])
+    assert settings.audio.volume == 0.5 and settings.tts.threads == 2
+    assert layer == {"audio": {"volume": 0.5}, "tts": {"threads": 3}}  # not mutated
