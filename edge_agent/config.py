@@ -291,6 +291,11 @@ class MqttSettings:
     max_packet_bytes: int = 16777216
     """Largest MQTT packet the broker may send us (bigger ones it drops); payloads over the
     announcement or fleet limits but under this are answered with `rejected`."""
+    ha_discovery: bool = False
+    """Publish Home Assistant MQTT discovery (`homeassistant/device/<id>/config`): a notify entity
+    that speaks, sensors, a wake-word event, volume and a microphone mute switch."""
+    ha_prefix: str = "homeassistant"
+    """Home Assistant's discovery prefix (its birth message comes on `<ha_prefix>/status`)."""
 
     def __post_init__(self) -> None:
         if self.broker:
@@ -548,6 +553,61 @@ def _frame_limit(value: int) -> None:
 
 
 @dataclass(frozen=True)
+class WyomingSettings:
+    """The Wyoming server (`edge-agent wyoming`, or inside `run` when `enabled`)."""
+
+    enabled: bool = False
+    """Serve Wyoming inside `edge-agent run`, sharing the daemon's voice and models."""
+    uri: str = "tcp://0.0.0.0:10300"
+    """`tcp://HOST:PORT` to listen on (port 0 picks a free one)."""
+    zeroconf: bool = True
+    """Advertise the service as `_wyoming._tcp.local.` (named after the device id)."""
+    max_connections: int = 16
+    """Connections beyond this are answered with an error and closed."""
+    idle_timeout_s: float = 60.0
+    """A connection that sends nothing for this long is closed (Home Assistant's satellite side
+    pings every few seconds; a service client opens a connection per request)."""
+    event_timeout_s: float = 10.0
+    """Once an event's header line has begun, the whole event must arrive within this long."""
+    max_header_bytes: int = 8192
+    """Longest event header line (the JSON before the data and payload)."""
+    max_data_bytes: int = 65536
+    """Largest `data_length` accepted."""
+    max_payload_bytes: int = 262144
+    """Largest `payload_length` accepted (an audio chunk: 1 s of 48 kHz stereo s16le is 192 kB)."""
+    max_audio_s: float = 30.0
+    """Longest audio a `transcribe` may send; more is refused with an error."""
+    max_text_chars: int = 20000
+    """Most characters one `synthesize` (or one streamed synthesis) may send."""
+    samples_per_chunk: int = 1024
+    """Samples per `audio-chunk` event sent to the client."""
+
+    def __post_init__(self) -> None:
+        try:
+            parse_uri(self.uri, ("tcp",))
+        except ValueError as exc:
+            raise ValueError(f"uri: {exc}") from None
+        _positive(self, "max_connections", "idle_timeout_s", "event_timeout_s", "max_header_bytes",
+                  "max_data_bytes", "max_payload_bytes", "max_audio_s", "max_text_chars",
+                  "samples_per_chunk")
+        if self.max_header_bytes < 256:
+            raise ValueError(f"max_header_bytes: {self.max_header_bytes} is below 256")
+
+
+@dataclass(frozen=True)
+class HermesSettings:
+    """Hermes (Rhasspy's MQTT protocol) on the daemon's broker."""
+
+    enabled: bool = False
+    site_id: str = ""
+    """Hermes site id this device answers to; empty means the device id."""
+
+    def __post_init__(self) -> None:
+        if any(c in self.site_id for c in "/+#\x00"):
+            raise ValueError(f"site_id: {self.site_id!r} may not contain '/', '+', '#' or NUL")
+
+
+@dataclass(frozen=True)
 class LoggingSettings:
     """Log output."""
 
@@ -575,6 +635,8 @@ class Settings:
     announcements: AnnouncementSettings = field(default_factory=AnnouncementSettings)
     fleet: FleetSettings = field(default_factory=FleetSettings)
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
+    wyoming: WyomingSettings = field(default_factory=WyomingSettings)
+    hermes: HermesSettings = field(default_factory=HermesSettings)
 
 
 @dataclass(frozen=True)

@@ -62,8 +62,9 @@ def check_format(rate: int, channels: int, width: int, name: str) -> None:
         raise AudioError(f"{name}: unsupported sample width of {width} bytes")
 
 
-class _Converter:
-    """Mixes down and resamples raw PCM bytes, carrying partial frames between reads."""
+class PcmConverter:
+    """Raw PCM bytes of any plausible format -> 16 kHz mono float32, carrying partial frames between
+    pushes (files, pipes and network streams all arrive in arbitrary pieces)."""
 
     def __init__(self, rate: int, channels: int, width: int, name: str, encoding: str = "pcm") -> None:
         self.rate, self.channels, self.width, self.encoding = rate, channels, width, encoding
@@ -198,7 +199,7 @@ class WavFileSource:
         self.rate, self.channels = header.rate, header.channels
         self.duration_s = self.frames / self.rate
         self._block_bytes = max(1, round(block_s * self.rate)) * frame
-        self._convert = _Converter(self.rate, self.channels, header.width, name, header.encoding)
+        self._convert = PcmConverter(self.rate, self.channels, header.width, name, header.encoding)
         self._closed = False
 
     def blocks(self) -> Iterator[Float32]:
@@ -242,7 +243,7 @@ class PcmStreamSource:
         self.name = name
         self._stream = stream
         self._block_bytes = max(1, round(block_s * rate)) * channels * width
-        self._convert = _Converter(rate, channels, width, name)
+        self._convert = PcmConverter(rate, channels, width, name)
         self._closed = False
 
     def blocks(self) -> Iterator[Float32]:

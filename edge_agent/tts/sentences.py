@@ -57,3 +57,16 @@ def _hard_split(clause: str, max_chars: int) -> list[str]:
     if current:
         chunks.append(current)
     return chunks
+
+
+def split_complete(text: str) -> tuple[str, str]:
+    """`(complete, rest)`: the sentences of a growing text known to be over, and what may go on.
+
+    A sentence is known to be over once a boundary and the start of the next one
+    have arrived ("It is late. The" -> "It is late.", "The"), so text streamed in
+    pieces (an LLM's answer) can be spoken a sentence at a time.
+    """
+    end = 0
+    for match in _BOUNDARY.finditer(text):
+        end = match.end()
+    return text[:end].strip(), text[end:]

@@ -1,0 +1,99 @@
+"""Audio over Wyoming: our float32 samples out as `audio-chunk` events, a client's PCM in as 16 kHz.
+
+Out: s16le mono at the voice's own rate, `samples_per_chunk` samples an event.
+In: whatever plausible format `audio-start` declares (Home Assistant sends 16 kHz
+s16le mono, satellites may not), mixed down and resampled to the 16 kHz the VAD,
+the wake engine and Whisper take, and bounded in length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from wyoming.audio import AudioChunk, AudioStart
+from wyoming.event import Event
+
+from edge_agent.audio.resample import Float32
+from edge_agent.audio.sources import TARGET_RATE, PcmConverter, check_format
+from edge_agent.audio.wav import to_pcm16
+from edge_agent.errors import AudioError, EdgeError
+
+WIDTH = 2
+"""Bytes per sample we send (s16le)."""
+
+
+class Refused(EdgeError):
+    """A request the server will not carry out; the client gets an `error` event and the connection
+    stays open."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def start_event(rate: int) -> Event:
+    return AudioStart(rate=rate, width=WIDTH, channels=1).event()
+
+
+def chunk_events(samples: Float32, rate: int, per_chunk: int) -> Iterator[Event]:
+    """`audio-chunk` events carrying `samples` as s16le mono, at most `per_chunk` samples each."""
+    for start in range(0, len(samples), per_chunk):
+        pcm = to_pcm16(samples[start:start + per_chunk])
+        yield AudioChunk(rate=rate, width=WIDTH, channels=1, audio=pcm).event()
+
+
+class Recording:
+    """One client audio stream (`audio-start`, `audio-chunk`..., `audio-stop`) as 16 kHz mono float32."""
+
+    def __init__(self, start: AudioStart, max_s: float) -> None:
+        try:
+            check_format(start.rate, start.channels, start.width, "audio-start")
+        except AudioError as exc:
+            raise Refused(str(exc), "bad-audio-format") from None
+        self.format = (start.rate, start.width, start.channels)
+        self.max_samples = round(max_s * TARGET_RATE)
+        self.max_s = max_s
+        self._convert = PcmConverter(start.rate, start.channels, start.width, "audio-chunk")
+        self._parts: list[Float32] = []
+        self.samples = 0
+
+    @staticmethod
+    def begin(event: Event, max_s: float) -> Recording:
+        bad = Refused("audio-start needs integer 'rate', 'width' and 'channels'", "bad-audio-format")
+        try:
+            start = AudioStart.from_event(event)
+        except (KeyError, TypeError, ValueError):
+            raise bad from None
+        if not all(_integer(v) for v in (start.rate, start.width, start.channels)):
+            raise bad
+        return Recording(start, max_s)
+
+    def push(self, event: Event) -> Float32:
+        """Add one `audio-chunk`; returns its 16 kHz samples (the resampler may hold a few back)."""
+        data = event.data
+        declared = (data.get("rate"), data.get("width"), data.get("channels"))
+        if declared != self.format:
+            raise Refused(f"audio-chunk format {declared} differs from audio-start's {self.format}",
+                          "bad-audio-format")
+        samples = self._convert.push(event.payload or b"")
+        self._add(samples)
+        return samples
+
+    def finish(self) -> Float32:
+        """All the audio, once `audio-stop` has come."""
+        self._add(self._convert.finish())
+        if not self._parts:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate(self._parts)
+
+    def _add(self, samples: Float32) -> None:
+        self.samples += samples.size
+        if self.samples > self.max_samples:
+            raise Refused(f"audio longer than {self.max_s:g} s", "audio-too-long")
+        if samples.size:
+            self._parts.append(samples)
+
+
+def _integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

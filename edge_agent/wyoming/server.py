@@ -1,0 +1,209 @@
+"""The Wyoming server: connections, limits, and handing each event to the service it belongs to.
+
+Each connection runs one task that reads an event, carries it out, and reads the
+next: a client's requests are answered in order, and while one is being carried
+out the socket's buffers hold what the client sends next (backpressure, no queue
+of ours to grow). What a connection may cost is bounded: `max_connections` at a
+time (the next one gets an `error` event, code `busy`), every event's header,
+data and payload length checked before it is read, a deadline for a silent peer
+(`idle_timeout_s`), for a started event and for every write (`event_timeout_s`).
+A framing violation closes that connection after an `error` event; a request the
+server refuses (unknown voice, audio too long, events out of order) gets an
+`error` event and the connection stays usable. Nothing one connection does
+reaches another.
+
+Unknown event types are ignored, as the protocol asks, so newer clients work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+from wyoming.error import Error
+from wyoming.event import Event
+from wyoming.info import Info
+from wyoming.ping import Pong
+
+from edge_agent.config import WyomingSettings
+from edge_agent.wyoming import tts
+from edge_agent.wyoming.asr import AsrService, AsrSession
+from edge_agent.wyoming.audio import Refused
+from edge_agent.wyoming.framing import EventReader, FramingError, Limits, write_event
+from edge_agent.wyoming.tts import TtsService, TtsSession
+
+log = logging.getLogger(__name__)
+
+AUDIO_EVENTS = frozenset({"audio-start", "audio-chunk", "audio-stop"})
+
+
+@dataclass
+class ServerStats:
+    """Counts since the server started."""
+
+    connections: int = 0
+    refused_busy: int = 0
+    framing_errors: int = 0
+    refused_requests: int = 0
+    failures: int = 0
+    by_code: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Services:
+    """What the server offers; absent services are left out of `info`."""
+
+    tts: TtsService | None = None
+    asr: AsrService | None = None
+
+
+class WyomingServer:
+    """Serves `Services` over TCP."""
+
+    def __init__(self, services: Services, settings: WyomingSettings) -> None:
+        self.services = services
+        self.settings = settings
+        self.limits = Limits.from_settings(settings)
+        self.stats = ServerStats()
+        self._server: asyncio.Server | None = None
+        self._open: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        """Listen on `host:port` (0 picks a free port); returns the address bound."""
+        # The stream's limit caps an event's header line (see framing.EventReader).
+        self._server = await asyncio.start_server(self._accept, host, port, limit=self.limits.header_bytes)
+        sock = self._server.sockets[0].getsockname()
+        log.info("wyoming server listening on %s:%d", sock[0], sock[1])
+        return str(sock[0]), int(sock[1])
+
+    async def stop(self) -> None:
+        """Stop listening and close every connection."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._open):
+            task.cancel()
+        await asyncio.gather(*self._open, return_exceptions=True)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+
+    @property
+    def connections(self) -> int:
+        return len(self._open)
+
+    def info(self) -> Info:
+        s = self.services
+        return Info(tts=[tts.program(s.tts.voices())] if s.tts else [],
+                    asr=[s.asr.program()] if s.asr else [])
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        peer = _peer(writer)
+        if len(self._open) >= self.settings.max_connections:
+            self.stats.refused_busy += 1
+            log.warning("wyoming connection from %s refused: %d connections open", peer, len(self._open))
+            with contextlib.suppress(Exception):
+                await write_event(writer, Error(text="server busy", code="busy").event(), 1.0)
+            await _close(writer)
+            return
+        self._open.add(task)
+        self.stats.connections += 1
+        try:
+            await Connection(self, reader, writer, peer).run()
+        finally:
+            self._open.discard(task)
+            await _close(writer)
+
+
+class Connection:
+    """One client: its sessions with each service, and the order its events are carried out in."""
+
+    def __init__(self, server: WyomingServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 peer: str) -> None:
+        self.server = server
+        self.events = EventReader(reader, server.limits)
+        self.writer = writer
+        self.peer = peer
+        self._write_lock = asyncio.Lock()
+        services = server.services
+        self.tts: TtsSession | None = services.tts.session(self.send) if services.tts else None
+        self.asr: AsrSession | None = services.asr.session(self.send) if services.asr else None
+
+    async def send(self, event: Event) -> None:
+        async with self._write_lock:
+            await write_event(self.writer, event, self.server.limits.event_timeout_s)
+
+    async def run(self) -> None:
+        log.debug("wyoming client %s connected", self.peer)
+        stats = self.server.stats
+        try:
+            while (event := await self.events.read()) is not None:
+                try:
+                    await self.handle(event)
+                except Refused as exc:
+                    stats.refused_requests += 1
+                    stats.by_code[exc.code] = stats.by_code.get(exc.code, 0) + 1
+                    log.warning("wyoming %s from %s refused: %s", event.type, self.peer, exc)
+                    await self.send(Error(text=str(exc), code=exc.code).event())
+        except FramingError as exc:
+            stats.framing_errors += 1
+            stats.by_code[exc.code] = stats.by_code.get(exc.code, 0) + 1
+            log.warning("wyoming client %s dropped: %s", self.peer, exc)
+            if exc.code != "write-timeout":
+                with contextlib.suppress(Exception):
+                    await write_event(self.writer, Error(text=str(exc), code=exc.code).event(), 1.0)
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            log.debug("wyoming client %s went away: %s", self.peer, exc)
+        except Exception as exc:  # one connection's failure must not reach the server
+            stats.failures += 1
+            log.exception("wyoming connection %s failed", self.peer)
+            with contextlib.suppress(Exception):
+                await write_event(self.writer, Error(text=_first_line(exc), code="internal").event(), 1.0)
+        log.debug("wyoming client %s disconnected", self.peer)
+
+    async def handle(self, event: Event) -> None:
+        kind = event.type
+        if kind == "describe":
+            await self.send(self.server.info().event())
+        elif kind == "ping":
+            await self.send(Pong(text=event.data.get("text")).event())
+        elif kind in tts.EVENTS and self.tts is not None:
+            await self.tts.handle(event)
+        elif kind == "transcribe" and self.asr is not None:
+            self.asr.transcribe(event)
+        elif kind in AUDIO_EVENTS:
+            await self._audio(event)
+        else:
+            log.debug("wyoming %s from %s ignored", kind, self.peer)
+
+    async def _audio(self, event: Event) -> None:
+        asr = self.asr
+        if asr is None:
+            raise Refused("this server takes no audio", "no-service")
+        if event.type == "audio-start":
+            asr.audio_start(event)
+        elif event.type == "audio-chunk":
+            asr.audio_chunk(event)
+        else:
+            await asr.audio_stop()
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    name = writer.get_extra_info("peername")
+    if isinstance(name, tuple) and len(name) >= 2:
+        return f"{name[0]}:{name[1]}"
+    return str(name)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(writer.wait_closed(), 1.0)

@@ -1,0 +1,222 @@
+"""Wyoming text to speech: `synthesize`, and text streamed in with `synthesize-start/chunk/stop`.
+
+Plain `synthesize`: one `audio-start`, the chunks as the voice makes them, one
+`audio-stop`. Streamed text (an LLM's answer as it is written) is spoken a
+sentence at a time: as soon as a chunk completes one or more sentences, they are
+synthesized and sent as their own `audio-start` .. `audio-stop`; `synthesize-stop`
+speaks the rest and ends with `synthesize-stopped`. A `synthesize` arriving inside
+a stream is the copy Home Assistant sends for older servers, and is ignored.
+
+Synthesis goes through the daemon's synthesizer (the offload router: the server's
+voice when it is healthy, the local voice otherwise, each sentence once). Its
+blocking generator runs in worker threads, one chunk per hop, so the event loop
+keeps serving other connections and a client that leaves stops the synthesis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+from wyoming.event import Event
+from wyoming.info import Attribution, TtsProgram, TtsVoice
+from wyoming.tts import Synthesize, SynthesizeStart, SynthesizeStopped
+
+from edge_agent import __version__
+from edge_agent.audio.resample import resample
+from edge_agent.config import Settings
+from edge_agent.tts.sentences import split_complete
+from edge_agent.tts.voice import AudioChunk, Synthesizer
+from edge_agent.wyoming.audio import Refused, chunk_events, start_event
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[Event], Awaitable[None]]
+
+ATTRIBUTION = Attribution(name="edge-speech", url="https://github.com/edge-speech/edge-speech")
+STREAM_EVENTS = frozenset({"synthesize-start", "synthesize-chunk", "synthesize-stop"})
+EVENTS = frozenset({"synthesize", *STREAM_EVENTS})
+
+
+@dataclass(frozen=True)
+class OfferedVoice:
+    """A voice listed in `info`."""
+
+    id: str
+    description: str
+    languages: tuple[str, ...]
+
+
+def offered_voices(synth: Synthesizer, settings: Settings) -> list[OfferedVoice]:
+    """The local voice, and the synthesis server's voice while it is configured and healthy."""
+    voices = [OfferedVoice(settings.tts.voice, "on this device", ("en_US",))]
+    from edge_agent.offload.router import SynthRouter
+
+    if isinstance(synth, SynthRouter) and synth.remote_enabled and synth.client is not None:
+        info = synth.client.info
+        remote = settings.offload.voice
+        if (remote and remote != settings.tts.voice and info is not None and remote in info.voices
+                and synth.client.breaker.allow()):
+            voices.append(OfferedVoice(remote, "on the synthesis server (falls back to this device)",
+                                       ("en_US",)))
+    return voices
+
+
+def program(voices: list[OfferedVoice]) -> TtsProgram:
+    return TtsProgram(
+        name="edge-speech", description="edge-speech text to speech", attribution=ATTRIBUTION,
+        installed=True, version=__version__, supports_synthesize_streaming=True,
+        voices=[TtsVoice(name=v.id, description=v.description, attribution=ATTRIBUTION, installed=True,
+                         version=None, languages=list(v.languages)) for v in voices],
+    )
+
+
+class TtsService:
+    """What every connection's TTS session shares: the synthesizer (read once per request) and limits."""
+
+    def __init__(self, synth: Callable[[], Synthesizer], settings: Settings) -> None:
+        self.synth = synth
+        self.settings = settings
+
+    def voices(self) -> list[OfferedVoice]:
+        return offered_voices(self.synth(), self.settings)
+
+    def session(self, send: Send) -> TtsSession:
+        return TtsSession(self, send)
+
+
+class TtsSession:
+    """The TTS state of one connection."""
+
+    def __init__(self, service: TtsService, send: Send) -> None:
+        self.service = service
+        self.send = send
+        self._stream: _TextStream | None = None
+
+    async def handle(self, event: Event) -> None:
+        """Carry out one TTS event (`EVENTS`); a bad request raises `Refused`."""
+        if event.type == "synthesize":
+            if self._stream is not None:
+                return  # the compatibility copy of a streamed text
+            request = _parse(Synthesize.from_event, event)
+            await self._speak(_text(request.text, self._limit), _voice_name(request.voice))
+            return
+        if event.type == "synthesize-start":
+            start = _parse(SynthesizeStart.from_event, event)
+            self._stream = _TextStream(_voice_name(start.voice), self._limit)
+            return
+        stream = self._stream
+        if stream is None:
+            raise Refused(f"{event.type} without synthesize-start", "no-stream")
+        if event.type == "synthesize-chunk":
+            text = event.data.get("text")
+            if not isinstance(text, str):
+                raise Refused("synthesize-chunk needs 'text' (a string)", "bad-request")
+            complete = stream.push(text)
+            if complete:
+                await self._speak(complete, stream.voice)
+            return
+        self._stream = None  # synthesize-stop
+        rest = stream.finish()
+        if rest:
+            await self._speak(rest, stream.voice)
+        await self.send(SynthesizeStopped().event())
+
+    @property
+    def _limit(self) -> int:
+        return self.service.settings.wyoming.max_text_chars
+
+    async def _speak(self, text: str, voice: str | None) -> None:
+        """Synthesize `text` and send it as one audio stream."""
+        known = {v.id for v in self.service.voices()}
+        if voice is not None and voice not in known:
+            raise Refused(f"unknown voice {voice!r} (known: {', '.join(sorted(known))})", "unknown-voice")
+        synth = self.service.synth()
+        per_chunk = self.service.settings.wyoming.samples_per_chunk
+        chunks = iter(synth.stream(text, voice))
+        rate = 0
+        try:
+            while (chunk := await _next_chunk(chunks)) is not None:
+                if not rate:
+                    rate = chunk.sample_rate
+                    await self.send(start_event(rate))
+                samples = chunk.samples
+                if chunk.sample_rate != rate:  # an engine switch mid-text keeps the stream's rate
+                    samples = resample(samples, chunk.sample_rate, rate)
+                for out in chunk_events(samples, rate, per_chunk):
+                    await self.send(out)
+        finally:
+            await asyncio.to_thread(_close, chunks)
+        if not rate:  # nothing to say (only punctuation): still a well-formed, empty stream
+            await self.send(start_event(_rate(synth, voice)))
+        await self.send(Event(type="audio-stop", data={"timestamp": None}))
+
+
+class _TextStream:
+    """Text arriving in pieces, released a complete sentence at a time (bounded in length)."""
+
+    def __init__(self, voice: str | None, limit: int) -> None:
+        self.voice = voice
+        self.limit = limit
+        self.received = 0
+        self.pending = ""
+
+    def push(self, text: str) -> str:
+        self.received += len(text)
+        if self.received > self.limit:
+            raise Refused(f"streamed text longer than {self.limit} characters", "text-too-long")
+        complete, self.pending = split_complete(self.pending + text)
+        return complete
+
+    def finish(self) -> str:
+        rest, self.pending = self.pending.strip(), ""
+        return rest
+
+
+T = TypeVar("T")
+
+
+def _parse(parse: Callable[[Event], T], event: Event) -> T:
+    try:
+        return parse(event)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise Refused(f"malformed {event.type} event", "bad-request") from None
+
+
+def _text(text: object, limit: int) -> str:
+    if not isinstance(text, str):
+        raise Refused("synthesize needs 'text' (a string)", "bad-request")
+    if len(text) > limit:
+        raise Refused(f"text has {len(text)} characters, the limit is {limit}", "text-too-long")
+    return text
+
+
+def _voice_name(voice: object) -> str | None:
+    name = getattr(voice, "name", None)
+    if name is not None and not isinstance(name, str):
+        raise Refused("voice name must be a string", "bad-request")
+    return name
+
+
+async def _next_chunk(chunks: Iterator[AudioChunk]) -> AudioChunk | None:
+    """The next chunk, made in a worker thread; a failing voice is a refusal the client is told of."""
+    try:
+        return await asyncio.to_thread(next, chunks, None)
+    except Exception as exc:
+        log.error("synthesis failed: %s", exc)
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Refused(f"synthesis failed: {text}", "synthesis-failed") from exc
+
+
+def _close(chunks: Iterator[AudioChunk]) -> None:
+    close = getattr(chunks, "close", None)
+    if close is not None:
+        close()
+
+
+def _rate(synth: Synthesizer, voice: str | None) -> int:
+    rate = getattr(synth, "sample_rate", None)
+    return int(rate(voice)) if callable(rate) else 22050

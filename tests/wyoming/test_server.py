@@ -1,0 +1,151 @@
+"""The Wyoming server with the `wyoming` library's client doing what Home Assistant does.
+
+Audio that comes back is checked by ear, that is by our Whisper: it must say the words asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import ServerThread, make_server
+from wyoming.asr import Transcribe, Transcript
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.error import Error
+from wyoming.event import Event
+from wyoming.info import Describe, Info
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
+
+from edge_agent.asr.wer import wer
+from edge_agent.audio.resample import resample
+from edge_agent.audio.wav import from_pcm16, to_pcm16
+
+TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module")
+def server(local_synth: Any, transcriber: Any) -> Iterator[ServerThread]:
+    running = make_server(local_synth, transcriber, max_audio_s=20.0)
+    yield running
+    running.close()
+
+
+async def _read(client: AsyncTcpClient, timeout: float = TIMEOUT) -> Event:
+    event = await asyncio.wait_for(client.read_event(), timeout)
+    assert event is not None, "server closed the connection"
+    return event
+
+
+async def _audio_until(client: AsyncTcpClient, last: str) -> tuple[list[Event], np.ndarray, int]:
+    """Events up to and including `last`; the audio they carry as float32 and its rate."""
+    events: list[Event] = []
+    pcm = b""
+    rate = 0
+    while True:
+        event = await _read(client)
+        events.append(event)
+        if Error.is_type(event.type):
+            raise AssertionError(f"server error: {event.data}")
+        if AudioStart.is_type(event.type):
+            rate = rate or AudioStart.from_event(event).rate
+        if AudioChunk.is_type(event.type):
+            chunk = AudioChunk.from_event(event)
+            assert (chunk.rate, chunk.width, chunk.channels) == (rate, 2, 1)
+            pcm += chunk.audio
+        if event.type == last:
+            return events, from_pcm16(pcm), rate
+
+
+def _heard(transcriber: Any, audio: np.ndarray, rate: int) -> str:
+    from edge_agent.vad.segmenter import Utterance
+
+    samples = resample(audio, rate, 16000)
+    seconds = samples.size / 16000
+    result = transcriber(Utterance(samples, 0.0, seconds, 0.0, seconds, round(seconds * 1000)))
+    return result.text if result is not None else ""
+
+
+def test_describe_answers_with_info_listing_voice_and_model_within_a_second(server: ServerThread) -> None:
+    async def go() -> Info:
+        async with AsyncTcpClient(server.host, server.port) as client:
+            started = time.monotonic()
+            await client.write_event(Describe().event())
+            event = await _read(client, 1.0)
+            assert time.monotonic() - started < 1.0
+            return Info.from_event(event)
+
+    info = asyncio.run(go())
+    assert [v.name for v in info.tts[0].voices] == ["en_US-joe-medium"]
+    assert info.tts[0].supports_synthesize_streaming
+    assert info.asr[0].models[0].name == "whisper-tiny.en"
+    assert info.asr[0].models[0].languages == ["en"]
+
+
+def test_synthesize_returns_audio_that_says_the_text(server: ServerThread, transcriber: Any) -> None:
+    async def go() -> tuple[list[Event], np.ndarray, int]:
+        async with AsyncTcpClient(server.host, server.port) as client:
+            voice = SynthesizeVoice(name="en_US-joe-medium")
+            await client.write_event(Synthesize(text="The front door is open.", voice=voice).event())
+            return await _audio_until(client, "audio-stop")
+
+    events, audio, rate = asyncio.run(go())
+    assert rate == 22050
+    assert events[0].type == "audio-start"
+    assert sum(e.type == "audio-chunk" for e in events) > 1  # streamed, not one blob
+    assert 0.8 < audio.size / rate < 4.0
+    assert wer(["the front door is open"], [_heard(transcriber, audio, rate)]) == 0.0
+
+
+def test_streamed_text_is_spoken_sentence_by_sentence_before_the_stream_ends(
+        server: ServerThread, transcriber: Any) -> None:
+    async def go() -> tuple[list[Event], np.ndarray, int, list[Event]]:
+        async with AsyncTcpClient(server.host, server.port) as client:
+            await client.write_event(SynthesizeStart().event())
+            for piece in ("The kitchen", " light is on. ", "The garage"):
+                await client.write_event(SynthesizeChunk(text=piece).event())
+            # The first sentence is complete: its audio comes while the text is still open.
+            early, first_audio, _ = await _audio_until(client, "audio-stop")
+            await client.write_event(SynthesizeChunk(text=" door is closed.").event())
+            # Home Assistant's copy for servers without streaming: must not be spoken twice.
+            copy = "The kitchen light is on. The garage door is closed."
+            await client.write_event(Synthesize(text=copy).event())
+            await client.write_event(SynthesizeStop().event())
+            rest, rest_audio, rate = await _audio_until(client, "synthesize-stopped")
+            return early, np.concatenate([first_audio, rest_audio]), rate, rest
+
+    early, audio, rate, rest = asyncio.run(go())
+    assert early[0].type == "audio-start"
+    assert [e.type for e in rest].count("audio-start") == 1
+    assert rest[-2].type == "audio-stop"
+    heard = _heard(transcriber, audio, rate)
+    assert wer(["the kitchen light is on the garage door is closed"], [heard]) <= 0.1, heard
+
+
+def test_transcribe_hears_a_command_at_16_and_22_khz(server: ServerThread, piper_clips: list[Any]) -> None:
+    from edge_agent.audio.wav import read_wav
+
+    clip = piper_clips[0]
+    wav = read_wav(clip.path)
+
+    async def go(rate: int) -> Transcript:
+        samples = resample(wav.samples, wav.sample_rate, rate)
+        async with AsyncTcpClient(server.host, server.port) as client:
+            await client.write_event(Transcribe(language="en").event())
+            await client.write_event(AudioStart(rate=rate, width=2, channels=1).event())
+            pcm = to_pcm16(samples)
+            step = 2 * 1024
+            for i in range(0, len(pcm), step):
+                chunk = AudioChunk(rate=rate, width=2, channels=1, audio=pcm[i:i + step])
+                await client.write_event(chunk.event())
+            await client.write_event(AudioStop().event())
+            return Transcript.from_event(await _read(client))
+
+    for rate in (16000, 22050):
+        transcript = asyncio.run(go(rate))
+        assert wer([clip.text], [transcript.text]) == 0.0, (rate, transcript.text)
+        assert transcript.language == "en"
