@@ -15,6 +15,8 @@ Threads and loops (who owns what; also in docs/architecture.md):
 - `offload-client`: the offload router's connection runs its own asyncio loop in
   its own thread; the speaker thread hands each stream over to it.
 - `listener` (asr `Listener`, when an ASR model is present): calls `_on_transcript`.
+- The Wyoming server (`wyoming.enabled`) runs on the daemon loop, one task per
+  connection; its synthesis and recognition leave the loop through `asyncio.to_thread`.
 - `retire-synth`: one short-lived thread per reload that replaced the voice; it
   waits (bounded) for the speaker to be idle, then closes the old synthesizer.
 
@@ -63,6 +65,7 @@ from edge_agent.offload.router import make_synthesizer
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Synthesizer
+from edge_agent.wyoming.service import WyomingService, load_transcriber
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +141,7 @@ class Daemon:
         self._started = time.monotonic()
         self.bridge: Bridge | None = None
         self.listener: Listener | None = None
+        self.wyoming: WyomingService | None = None
         self.fleet = FleetManager(
             self.base.fleet, device=self.device, group=lambda: self.settings.device.group,
             cache_dir=self.base.models.cache_dir, validate=self._validate, activate=self._activate,
@@ -180,6 +184,7 @@ class Daemon:
         await asyncio.to_thread(self._warm_up)
         self.announcements.start()
         self._start_listener()
+        await self._start_wyoming()
         tasks = [asyncio.create_task(self._heartbeat(), name="heartbeat"),
                  asyncio.create_task(self._fleet_worker(), name="fleet")]
         if self.settings.daemon.metrics_s > 0:
@@ -192,6 +197,8 @@ class Daemon:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.wyoming is not None:
+            await self.wyoming.stop()
         await asyncio.to_thread(self._shutdown)
         log.info("stopped")
         return 0
@@ -379,6 +386,26 @@ class Daemon:
 
         self.listener.start(self._on_transcript, on_error=on_error)
         log.info("listening")
+
+    # -- Wyoming -------------------------------------------------------------------------
+
+    async def _start_wyoming(self) -> None:
+        """The Wyoming server on this loop, with the announcements' voice and the listener's Whisper."""
+        if not self.settings.wyoming.enabled:
+            return
+        transcriber = self.listener.transcriber if self.listener is not None else None
+        if transcriber is None:
+            try:
+                transcriber = await asyncio.to_thread(load_transcriber, self.settings)
+            except EdgeError as exc:
+                log.warning("wyoming: no speech to text: %s", exc)
+        service = WyomingService(self.settings, lambda: self.synth, transcriber)
+        try:
+            await service.start()
+        except OSError as exc:
+            log.error("wyoming server not started: %s", exc)
+            return
+        self.wyoming = service
 
     def _on_transcript(self, transcript: Transcript) -> None:
         quiet_s = time.monotonic() - self.announcements.last_spoke

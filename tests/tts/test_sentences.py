@@ -32,3 +32,12 @@ def test_overlong_sentences_are_cut_at_clauses_then_words():
 def test_empty_and_whitespace_give_nothing():
     assert split_sentences("") == []
     assert split_sentences("  \n\n  ") == []
+
+
+def test_split_complete_releases_a_sentence_only_once_the_next_one_has_begun():
+    from edge_agent.tts.sentences import split_complete
+
+    assert split_complete("It is late.") == ("", "It is late.")
+    assert split_complete("It is late. The") == ("It is late.", "The")
+    assert split_complete("One. Two! Three? Fo") == ("One. Two! Three?", "Fo")
+    assert split_complete("3.5 degrees") == ("", "3.5 degrees")
