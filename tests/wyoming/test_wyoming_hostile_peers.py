@@ -12,12 +12,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import ServerThread, make_server
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.info import Describe
 from wyoming.tts import Synthesize, SynthesizeVoice
+
+from tests.wyoming.wyoming_support import ServerThread, make_server
 
 LIMITS = {"idle_timeout_s": 1.0, "event_timeout_s": 0.5, "max_connections": 4, "max_header_bytes": 1024,
           "max_data_bytes": 4096, "max_payload_bytes": 8192}

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ServerThread, make_server
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
@@ -24,6 +23,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 from edge_agent.asr.wer import wer
 from edge_agent.audio.resample import resample
 from edge_agent.audio.wav import from_pcm16, to_pcm16
+from tests.wyoming.wyoming_support import ServerThread, make_server
 
 TIMEOUT = 60.0
 
