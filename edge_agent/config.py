@@ -519,10 +519,17 @@ class ServerSettings:
     """On SIGTERM, open streams get this long to finish."""
     metrics_interval_s: float = 60.0
     """Log a metrics snapshot this often; 0 turns it off."""
+    metrics_port: int | None = None
+    """HTTP port for Prometheus (`/metrics`) and the probes (`/ready`, `/live`); None turns it off
+    (needs the `server` extra: prometheus-client)."""
+    metrics_host: str = ""
+    """Address the metrics port listens on; empty is `host`."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port: {self.port} is outside 0..65535")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port: {self.metrics_port} is outside 0..65535")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert: tls_cert and tls_key go together")
         if not self.voices:

@@ -15,17 +15,19 @@ BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0)
 class Histogram:
     """Cumulative bucket counts plus percentiles over the most recent values."""
 
-    def __init__(self, window: int = 1000) -> None:
+    def __init__(self, window: int = 1000, bounds: tuple[float, ...] = BUCKETS) -> None:
+        self.bounds = bounds
+        """Upper bounds of the buckets; `buckets` has one more, open one."""
         self.count = 0
         self.total = 0.0
-        self.buckets = [0] * (len(BUCKETS) + 1)
+        self.buckets = [0] * (len(bounds) + 1)
         self.recent: deque[float] = deque(maxlen=window)
 
     def observe(self, value: float) -> None:
         self.count += 1
         self.total += value
         self.recent.append(value)
-        for i, bound in enumerate(BUCKETS):
+        for i, bound in enumerate(self.bounds):
             if value <= bound:
                 self.buckets[i] += 1
                 return
@@ -35,13 +37,21 @@ class Histogram:
         recent = np.asarray(self.recent, dtype=np.float64)
         doc: dict[str, Any] = {
             "count": self.count, "sum": round(self.total, 6),
-            "buckets": {**{f"le_{b:g}": n for b, n in zip(BUCKETS, self.buckets, strict=False)},
+            "buckets": {**{f"le_{b:g}": n for b, n in zip(self.bounds, self.buckets, strict=False)},
                         "le_inf": self.buckets[-1]},
         }
         if recent.size:
             doc["p50"] = round(float(np.percentile(recent, 50)), 6)
             doc["p95"] = round(float(np.percentile(recent, 95)), 6)
         return doc
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """(upper bound, values at or below it) per bucket, the last bound infinite: Prometheus' form."""
+        out, running = [], 0
+        for bound, n in zip((*self.bounds, float("inf")), self.buckets, strict=True):
+            running += n
+            out.append((bound, running))
+        return out
 
 
 class Metrics:

@@ -14,6 +14,7 @@ from edge_agent.config import ServerSettings, TtsSettings
 from edge_agent.logs import setup_logging
 from edge_agent.models.store import ModelStore
 from edge_agent.offload.auth import load_psk
+from edge_agent.offload.metrics import ServerMetrics
 from edge_agent.offload.server import SynthServer, check_key
 from edge_agent.offload.transport import server_tls_context
 from edge_agent.tts.voice import Voice
@@ -65,27 +66,49 @@ def run(args: argparse.Namespace) -> int:
     psk = load_psk(s.psk_file)
     check_key(s, psk)  # before spending seconds on models
     tls = server_tls_context(s.tls_cert, s.tls_key) if s.tls_cert and s.tls_key else None
-    voices = load_voices(ctx.store, s)
-    asyncio.run(_serve(s, voices, psk, tls))
+    asyncio.run(_serve(s, ctx.store, psk, tls))
     return 0
 
 
-async def _serve(settings: ServerSettings, voices: dict[str, Voice], psk: bytes | None, tls: Any) -> None:
-    server = SynthServer(settings, voices, psk, tls=tls)
-    host, port = await server.start()
+def _shown(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+async def _serve(settings: ServerSettings, store: ModelStore, psk: bytes | None, tls: Any) -> None:
+    """Probes first (live, not ready), then the voices, then the server; SIGTERM: unready, GOAWAY, drain."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    metrics = (loop.create_task(server.log_metrics(settings.metrics_interval_s))
-               if settings.metrics_interval_s > 0 else None)
-    scheme = "tls" if tls else "tcp"
-    shown = f"[{host}]" if ":" in host else host
-    print(f"edge-agent serve: listening on {scheme}://{shown}:{port} "
-          f"(voices: {', '.join(voices)}; {settings.workers} workers x {settings.threads} threads)",
-          flush=True)
-    await stop.wait()
-    log.info("signal received: draining (grace %.0f s)", settings.shutdown_grace_s)
-    if metrics is not None:
-        metrics.cancel()
-    await server.shutdown()
+    metrics = ServerMetrics()
+    monitor = None
+    probes = ""
+    if settings.metrics_port is not None:
+        from edge_agent.offload.monitoring import Monitor
+
+        monitor = Monitor(metrics, settings.metrics_host or settings.host, settings.metrics_port)
+        mhost, mport = await monitor.start()
+        probes = f"; metrics on http://{_shown(mhost)}:{mport}/metrics"
+    try:
+        voices = await asyncio.to_thread(load_voices, store, settings)
+        if stop.is_set():
+            return
+        server = SynthServer(settings, voices, psk, tls=tls, metrics=metrics)
+        host, port = await server.start()
+        if monitor is not None:
+            monitor.ready = True
+        logger = (loop.create_task(server.log_metrics(settings.metrics_interval_s))
+                  if settings.metrics_interval_s > 0 else None)
+        print(f"edge-agent serve: listening on {'tls' if tls else 'tcp'}://{_shown(host)}:{port} "
+              f"(voices: {', '.join(voices)}; {settings.workers} workers x {settings.threads} threads)"
+              f"{probes}", flush=True)
+        await stop.wait()
+        log.info("signal received: draining (grace %.0f s)", settings.shutdown_grace_s)
+        if monitor is not None:
+            monitor.ready = False
+        if logger is not None:
+            logger.cancel()
+        await server.shutdown()
+    finally:
+        if monitor is not None:
+            await monitor.close()

@@ -454,8 +454,18 @@ class ClientLoop:
         return self.thread.is_alive()
 
     def stop(self) -> None:
+        """Cancel what still runs on the loop (a connection's writer, say), then stop and close it."""
         if not self.thread.is_alive():
             return
+
+        async def cancel_rest() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(cancel_rest(), self.loop).result(timeout=5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
         self.loop.close()

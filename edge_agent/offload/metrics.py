@@ -1,4 +1,7 @@
-"""Server metrics: queue depth, batch sizes, real-time factor; a JSON-ready snapshot."""
+"""Server metrics: queue depth, batch sizes, latencies, real-time factor; a JSON-ready snapshot.
+
+`edge_agent.offload.monitoring` exposes the same numbers to Prometheus.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,11 @@ from collections import Counter, deque
 from typing import Any
 
 import numpy as np
+
+from edge_agent.metrics import Histogram
+
+RTF_BOUNDS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)
+"""Real-time factor buckets (synthesis seconds per second of audio)."""
 
 
 class ServerMetrics:
@@ -23,7 +31,11 @@ class ServerMetrics:
         self.open_connections = 0
         self.batch_sizes: Counter[int] = Counter()
         """How many sentences were being synthesized together when one started."""
-        self._rtf: deque[float] = deque(maxlen=window)
+        self.first_audio = Histogram(window)
+        """Request arrival -> its first audio frame sent, seconds."""
+        self.sentence = Histogram(window)
+        """Synthesis time of one sentence, seconds."""
+        self.rtf = Histogram(window, RTF_BOUNDS)
         self._queue_wait: deque[float] = deque(maxlen=window)
         self.audio_s = 0.0
         self.synth_s = 0.0
@@ -47,7 +59,22 @@ class ServerMetrics:
             self.audio_s += audio_s
             self.synth_s += synth_s
             if audio_s > 0:
-                self._rtf.append(synth_s / audio_s)
+                self.sentence.observe(synth_s)
+                self.rtf.observe(synth_s / audio_s)
+
+    def first_audio_sent(self, seconds: float) -> None:
+        with self._lock:
+            self.first_audio.observe(seconds)
+
+    def histograms(self) -> dict[str, list[tuple[float, int]] | float]:
+        """Cumulative buckets and sums of every histogram, read under one lock."""
+        with self._lock:
+            out: dict[str, list[tuple[float, int]] | float] = {}
+            for name, hist in (("first_audio", self.first_audio), ("sentence", self.sentence),
+                               ("rtf", self.rtf)):
+                out[name] = hist.cumulative()
+                out[f"{name}_sum"] = hist.total
+            return out
 
     def queued(self, n: int = 1) -> None:
         with self._lock:
@@ -55,7 +82,7 @@ class ServerMetrics:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            rtf = np.asarray(self._rtf, dtype=np.float64)
+            rtf = np.asarray(self.rtf.recent, dtype=np.float64)
             wait = np.asarray(self._queue_wait, dtype=np.float64)
             total = sum(self.batch_sizes.values())
             return {

@@ -8,6 +8,7 @@ import ipaddress
 import json
 import logging
 import ssl
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -354,6 +355,8 @@ class _Session:
                     if ticket.cancelled:
                         break
                     await self.conn.send(Audio(sid, index, chunk.samples, chunk.data, last=j == last))
+                    if index == 0 and j == 0:
+                        self.server.metrics.first_audio_sent(time.monotonic() - ticket.arrived)
             queue_s = (ticket.started_at - ticket.arrived) if ticket.started_at else 0.0
             await self.conn.send(End(sid, samples, round(max(queue_s, 0.0) * 1000), round(synth_s * 1000),
                                      cancelled=ticket.cancelled))

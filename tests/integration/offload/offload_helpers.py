@@ -55,6 +55,9 @@ class ServeProcess:
             raise RuntimeError(f"serve did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
         self.uri = f"{match[1]}://{match[2]}:{match[3]}"
         self.port = int(match[3])
+        metrics = re.search(r"metrics on (http://\S+)/metrics", line)
+        self.http = metrics[1] if metrics else None
+        """Base URL of the metrics and probe port, when `server.metrics_port` is set."""
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 
 import pytest
 from offload_helpers import PIPER, PSK, make_router, spoken
@@ -30,7 +31,11 @@ def test_serve_refuses_a_short_key():
 
 
 def test_sigterm_drains_and_exits_cleanly(serve_process):
-    server = serve_process(PIPER)
+    server = serve_process(PIPER, extra=("--set", "server.metrics_port=0"))
+    with urllib.request.urlopen(f"{server.http}/ready", timeout=10) as answer:  # voices loaded
+        assert answer.status == 200
+    with urllib.request.urlopen(f"{server.http}/metrics", timeout=10) as answer:
+        assert b"edge_serve_ready 1.0" in answer.read()
     assert server.terminate(timeout=30) == 0
     assert "shutting down" in server.proc.stderr.read()
 
