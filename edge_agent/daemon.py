@@ -157,10 +157,9 @@ class Daemon:
         self.topics = Topics(self.settings.mqtt.prefix, self.device, self.settings.device.group)
         speaking = Speaking(self.settings.announcements, self._make_synth(self.settings),
                             self._make_opener(self.settings), _tts_voices(self.settings))
-        self.announcements = Announcer(
-            speaking, Journal(self.settings.announcements.state_dir, self.settings.announcements),
-            metrics=self.metrics,
-        )
+        journal = Journal(self.settings.announcements.state_dir, self.settings.announcements,
+                          on_error=self._journal_error)
+        self.announcements = Announcer(speaking, journal, metrics=self.metrics)
         self.announcements.observe(self._publish_announce_status)
 
     @property
@@ -266,7 +265,15 @@ class Daemon:
         if state == "online":
             doc["uptime_s"] = round(time.monotonic() - self._started, 1)
             doc["queued"] = len(self.announcements.queue)
+            error = self.announcements.journal.error
+            if error is not None:
+                doc["journal_error"] = error  # announcements wait in the broker until it clears
         return Message.json(self.topics.status, doc, qos=1, retain=True, coalesce=True)
+
+    def _journal_error(self, error: str | None) -> None:
+        """The journal stopped (or started again) being writable: say so on the device status."""
+        if getattr(self, "announcements", None) is not None:
+            self._publish(self._status_message("online"))
 
     def _publish_announce_status(self, doc: dict[str, Any]) -> None:
         self._publish(Message.json(self.topics.announce_status, doc, qos=1))
@@ -299,6 +306,7 @@ class Daemon:
     def _publish_metrics(self) -> None:
         self.metrics.set("announcements_queued", len(self.announcements.queue))
         self.metrics.set("uptime_s", round(time.monotonic() - self._started, 1))
+        self.metrics.set("journal_write_errors", self.announcements.journal.write_errors)
         if self.bridge is not None:
             self.metrics.set("mqtt_outbound_queued", len(self.bridge.outbox))
             self.metrics.set("mqtt_outbound_dropped", self.bridge.outbox.dropped)

@@ -43,3 +43,35 @@ def setup_logging(verbosity: int = 0, *, json_lines: bool = False, level: str | 
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+class Throttle:
+    """At most one line per `interval_s` for a condition that can repeat many times a second.
+
+    `ready()` is True for the first call and then once per interval; `suppressed` says
+    how many calls were swallowed since the last line, so that line can tell.
+    """
+
+    def __init__(self, interval_s: float, clock: Any = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._next = float("-inf")
+        self.suppressed = 0
+
+    def ready(self) -> bool:
+        now = self._clock()
+        if now < self._next:
+            self.suppressed += 1
+            return False
+        self._next = now + self.interval_s
+        return True
+
+    def take_suppressed(self) -> int:
+        """How many lines were swallowed since the last one (and start counting again)."""
+        count, self.suppressed = self.suppressed, 0
+        return count
+
+    def reset(self) -> None:
+        """The condition is over: the next occurrence is logged at once."""
+        self._next = float("-inf")
+        self.suppressed = 0

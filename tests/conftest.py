@@ -50,3 +50,74 @@ def broker(tmp_path: Path) -> Iterator[Any]:
         pytest.skip("mosquitto is not installed")
     with LocalBroker(tmp_path / "broker") as running:
         yield running
+
+
+class SmallDisk:
+    """A real 2 MiB tmpfs: `fill()` takes every free byte, `free()` gives it back."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.filler = path / "filler"
+
+    def fill(self) -> None:
+        """Write until the filesystem says ENOSPC (the last page too, so nothing fits)."""
+        import errno
+
+        with self.filler.open("ab", buffering=0) as fh:
+            for size in (65536, 4096, 512, 64, 1):
+                while True:
+                    try:
+                        fh.write(b"\0" * size)
+                    except OSError as exc:
+                        if exc.errno != errno.ENOSPC:
+                            raise
+                        break
+
+    def free(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    """A 2 MiB tmpfs mounted for this test (needs root; skipped with the reason otherwise)."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield SmallDisk(mount)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+
+
+class FlakyWrites:
+    """The `write` system call of a disk that can be full or write short: for `AppendFile(write=...)`.
+
+    The same error paths the tmpfs tests reach, on any machine (no root needed).
+    """
+
+    def __init__(self) -> None:
+        self.full = False
+        self.short = False
+        """Each call writes at most half of what it is given (at least one byte)."""
+        self.fail_after = -1
+        """Bytes still accepted before ENOSPC (-1: no limit): a record torn part-way."""
+        self.calls = 0
+
+    def __call__(self, fd: int, data: Any) -> int:
+        import errno
+
+        self.calls += 1
+        if self.full or self.fail_after == 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        chunk = bytes(data)
+        if self.short:
+            chunk = chunk[: max(1, len(chunk) // 2)]
+        if self.fail_after > 0:
+            chunk = chunk[: self.fail_after]
+            self.fail_after -= len(chunk)
+        return os.write(fd, chunk)

@@ -9,12 +9,21 @@ One append-only file of JSON lines, fsynced per record:
     {"op": "seen", "id": ..., "state": ..., "ts": ...}        a finished id (after compaction)
 
 An announcement is accepted (and its trigger's message, e.g. MQTT, acknowledged) only once its
-`accept` record is on disk, so a crash loses nothing that was acknowledged.
-Ids are spoken at most once: one that was speaking when the process died is
-reported `failed` at the next start rather than spoken again. At start the file
-is compacted (pending announcements plus finished ids, oldest ids forgotten
-beyond the configured count and age) and rewritten atomically; a torn last
-line from a crash is dropped.
+`accept` record is wholly on disk, so a crash loses nothing that was acknowledged.
+Ids are spoken at most once: speaking starts only once its `start` record is on
+disk, and one that was speaking when the process died is reported `failed` at
+the next start rather than spoken again. At start the file is compacted
+(pending announcements plus finished ids, oldest ids forgotten beyond the
+configured count and age) and rewritten atomically; a torn last line from a
+crash is dropped.
+
+When the disk is full (or failing), `accept` and `start` raise `JournalError`
+and change nothing, so the trigger does not acknowledge and the speaker waits.
+`requeue` and `finish` record what already happened: the in-memory state moves
+on, and the file catches up by a compaction as soon as a write succeeds again.
+A compaction writes the new file before it replaces the old one, so a failed one
+leaves the journal as it was and still usable. `error` says what is wrong, and
+`on_error` hears each change of it (None once writing works again).
 """
 
 from __future__ import annotations
@@ -31,12 +40,22 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.announce.message import FINAL_STATES, Announcement
-from edge_agent.atomic import atomic_write, remove_stale_temps
+from edge_agent.atomic import AppendFile, atomic_write, remove_stale_temps
 from edge_agent.config import AnnouncementSettings
+from edge_agent.logs import Throttle
 
 log = logging.getLogger(__name__)
 
 INTERRUPTED = "interrupted by a restart while speaking (ids are spoken at most once)"
+
+COMPACT_RETRY_S = 5.0
+"""After a failed compaction, the next one is not tried sooner than this."""
+
+ErrorObserver = Callable[[str | None], None]
+
+
+class JournalError(OSError):
+    """The journal could not record something; nothing was changed."""
 
 
 @dataclass
@@ -68,15 +87,25 @@ class Journal:
     """Durable dedupe set plus pending announcements; thread-safe."""
 
     def __init__(self, directory: Path, settings: AnnouncementSettings,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, *, on_error: ErrorObserver | None = None,
+                 open_file: Callable[[Path], AppendFile] = AppendFile) -> None:
         self.directory = directory
         self.path = directory / "journal.jsonl"
         self.settings = settings
         self._clock = clock
+        self._on_error = on_error
+        self._open_file = open_file
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._lock = threading.Lock()
-        self._fd: int | None = None
+        self._file: AppendFile | None = None
         self._appended = 0
+        self._behind = False
+        """Some state change is in memory only (its record failed): the next compaction writes it."""
+        self._compact_after = 0.0
+        self._throttle = Throttle(10.0)
+        self.error: str | None = None
+        """Why the journal cannot be written now; None when it can."""
+        self.write_errors = 0
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -93,16 +122,20 @@ class Journal:
                     entry.state, entry.ts, entry.announcement = "failed", now, None
                     entry.extra = {"error": INTERRUPTED}
                     interrupted.append(ann_id)
-            self._compact()
+            self._behind = True
+            if not self._compact():
+                # A full disk at start: keep appending to the file as it is (its torn
+                # tail cut off); the failed ids stay failed in memory until a compaction.
+                self._file = self._open_file(self.path)
             pending = [(e.announcement, e.resume) for e in self._entries.values()
                        if e.state == "queued" and e.announcement is not None]
             return Recovered(pending, interrupted)
 
     def close(self) -> None:
         with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
     # -- queries -------------------------------------------------------------------------
 
@@ -117,16 +150,22 @@ class Journal:
     # -- records -------------------------------------------------------------------------
 
     def accept(self, ann: Announcement) -> bool:
-        """Record `ann` durably; False (and nothing written) if its id was seen before."""
+        """Record `ann` durably; False (and nothing written) if its id was seen before.
+
+        Raises `JournalError` (nothing recorded) when the record cannot be written.
+        """
         with self._lock:
             if ann.id in self._entries:
                 return False
             self._append({"op": "accept", "a": ann.to_json(), "ts": ann.received_at})
             self._entries[ann.id] = Entry("queued", ann.received_at, ann)
+            if self._behind:
+                self._compact()
             return True
 
     def start(self, ann_id: str) -> None:
-        self._update(ann_id, {"op": "start", "id": ann_id}, "speaking")
+        """Speaking begins; raises `JournalError` (nothing changed) if that cannot be recorded."""
+        self._update(ann_id, {"op": "start", "id": ann_id}, "speaking", must_persist=True)
 
     def requeue(self, ann_id: str, resume: int) -> None:
         """Speaking stopped cleanly before sentence `resume`; it waits again from there."""
@@ -138,14 +177,27 @@ class Journal:
         info = {k: v for k, v in extra.items() if v is not None}
         self._update(ann_id, {"op": "finish", "id": ann_id, "state": state, **info}, state, extra=info)
 
+    def retry(self) -> bool:
+        """Try to bring the file up to date now (after a write error); True if it is."""
+        with self._lock:
+            if self._behind:
+                self._compact_after = 0.0
+                self._compact()
+            return self.error is None
+
     def _update(self, ann_id: str, record: dict[str, Any], state: str, *, resume: int | None = None,
-                extra: dict[str, Any] | None = None) -> None:
+                extra: dict[str, Any] | None = None, must_persist: bool = False) -> None:
         with self._lock:
             entry = self._entries.get(ann_id)
             if entry is None:
                 raise KeyError(ann_id)
             now = self._clock()
-            self._append({**record, "ts": now})
+            try:
+                self._append({**record, "ts": now})
+            except JournalError:
+                if must_persist:
+                    raise
+                self._behind = True  # what happened is kept in memory; a compaction writes it
             entry.state, entry.ts = state, now
             if resume is not None:
                 entry.resume = resume
@@ -153,17 +205,47 @@ class Journal:
                 entry.announcement = None
                 entry.extra = extra or {}
                 self._entries.move_to_end(ann_id)
-            if self._appended > len(self._entries) + 1000:
+            if self._behind or self._appended > len(self._entries) + 1000:
                 self._compact()
 
     # -- file ----------------------------------------------------------------------------
 
     def _append(self, record: dict[str, Any]) -> None:
-        if self._fd is None:
-            raise RuntimeError("journal is not open")
-        os.write(self._fd, json.dumps(record, separators=(",", ":")).encode() + b"\n")
-        os.fsync(self._fd)
+        if self._file is None:
+            raise JournalError(5, "journal is not open")
+        try:
+            self._file.append(json.dumps(record, separators=(",", ":")).encode() + b"\n")
+        except OSError as exc:
+            self._failed(exc)
+            raise JournalError(exc.errno or 5, f"cannot write the journal: {exc.strerror or exc}") from None
         self._appended += 1
+        self._recovered()
+
+    def _failed(self, exc: OSError) -> None:
+        self.write_errors += 1
+        message = f"cannot write {self.path}: {exc.strerror or exc}"
+        if self._throttle.ready():
+            skipped = self._throttle.take_suppressed()
+            log.error("%s%s", message, f" ({skipped} more since the last line)" if skipped else "")
+        if self.error != message:
+            self.error = message
+            self._tell(message)
+
+    def _recovered(self) -> None:
+        if self.error is None:
+            return
+        log.warning("journal writable again after %d failed writes", self.write_errors)
+        self.error = None
+        self._throttle.reset()
+        self._compact_after = 0.0
+        self._tell(None)
+
+    def _tell(self, error: str | None) -> None:
+        if self._on_error is not None:
+            try:
+                self._on_error(error)
+            except Exception:
+                log.exception("journal error observer failed")
 
     def _replay(self) -> None:
         self._entries.clear()
@@ -171,6 +253,10 @@ class Journal:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return
+        if data and not data.endswith(b"\n"):
+            # A record torn by a crash: cut it off (that needs no free space), so nothing
+            # appended later can land on the same line even if compaction cannot run.
+            os.truncate(self.path, data.rfind(b"\n") + 1)
         lines = data.split(b"\n")
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -204,7 +290,11 @@ class Journal:
             else:
                 raise ValueError(f"unknown op {op!r}")
 
-    def _compact(self) -> None:
+    def _compact(self) -> bool:
+        """Rewrite the file from memory: the new file first, then the swap. False if it failed
+        (the old file stays open and usable; no new try for `COMPACT_RETRY_S`)."""
+        if time.monotonic() < self._compact_after:
+            return False
         self._forget_old()
         lines = []
         for ann_id, e in self._entries.items():
@@ -219,12 +309,20 @@ class Journal:
                 if e.resume:
                     lines.append({"op": "requeue", "id": ann_id, "resume": e.resume, "ts": e.ts})
         body = b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in lines)
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        atomic_write(self.path, body)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            atomic_write(self.path, body)
+            new = self._open_file(self.path)
+        except OSError as exc:
+            self._compact_after = time.monotonic() + COMPACT_RETRY_S
+            self._failed(exc)
+            return False
+        if self._file is not None:
+            self._file.close()
+        self._file = new
         self._appended = 0
+        self._behind = False
+        self._recovered()
+        return True
 
     def _forget_old(self) -> None:
         limit_ts = self._clock() - self.settings.dedupe_max_age_days * 86400

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edge_agent.announce.journal import INTERRUPTED, Journal
+from edge_agent.announce.journal import INTERRUPTED, Journal, JournalError
 from edge_agent.announce.message import Announcement, Rejected, check_announcement, parse_announcement, status
 from edge_agent.announce.playout import SinkOpener, speak
 from edge_agent.announce.queue import AnnouncementQueue, Item
@@ -40,6 +40,9 @@ from edge_agent.metrics import Metrics
 from edge_agent.tts.voice import Synthesizer
 
 log = logging.getLogger(__name__)
+
+JOURNAL_RETRY_S = (0.5, 10.0)
+"""The speaker's wait before it tries again to record a start the journal refused: first, most."""
 
 StatusObserver = Callable[[dict[str, Any]], None]
 """Gets each `announce/status` payload, on the thread that changed the state."""
@@ -179,9 +182,12 @@ class Announcer:
             return True
         try:
             self.journal.accept(ann)
-        except OSError as exc:
+        except JournalError:
             # Not acknowledged: the trigger delivers it again (the MQTT broker after a reconnect).
-            log.error("cannot journal announcement: %s", exc, extra={"id": ann.id})
+            # Nothing is lost and nothing is rejected that could still be spoken; the journal
+            # logs the condition (rate-limited) and the device status carries it.
+            self.metrics.inc("announcements_unjournaled")
+            log.debug("announcement not journaled; left for redelivery", extra={"id": ann.id})
             return False
         self.metrics.inc("announcements_accepted")
         if ann.expired():
@@ -196,15 +202,24 @@ class Announcer:
     # -- speaker thread ----------------------------------------------------------------
 
     def _run(self) -> None:
+        retry_s = JOURNAL_RETRY_S[0]
         while not self._stopping.is_set():
             item = self.queue.get(timeout=0.5)
             if item is None:
                 continue
             if self._stopping.is_set():
-                self.queue.put(item.announcement, item.resume, seq=item.seq)
+                self.queue.put(item.announcement, item.resume, item.sink, seq=item.seq)
                 break
             try:
                 self._speak(item)
+                retry_s = JOURNAL_RETRY_S[0]
+            except JournalError:
+                # Speaking unrecorded could repeat it after a crash: wait for the disk instead.
+                # The item keeps its place; the journal has logged why (rate-limited).
+                self.queue.put(item.announcement, item.resume, item.sink, seq=item.seq)
+                self._stopping.wait(retry_s)
+                retry_s = min(retry_s * 2, JOURNAL_RETRY_S[1])
+                self.journal.retry()
             except Exception:  # the thread must survive anything one announcement does
                 log.exception("speaker failed", extra={"id": item.announcement.id})
 
@@ -215,7 +230,7 @@ class Announcer:
                 item.sink.abort()
             self._finish(ann, "expired")
             return
-        self.journal.start(ann.id)
+        self.journal.start(ann.id)  # JournalError: not spoken now, see _run
 
         def started(engine: str) -> None:
             latency = time.time() - ann.received_at

@@ -10,8 +10,10 @@ paho-mqtt is driven as an external event loop (`loop_read` / `loop_write` /
   with random jitter (paho's own backoff has none, so a fleet would hammer a
   restarted broker in lock-step);
 - an inbound QoS 1 message is acknowledged only after the handler has made it
-  durable (`manual_ack`); a handler that cannot persist it leaves it
-  unacknowledged and the connection is dropped, so the broker delivers it again.
+  durable (`manual_ack`); a handler that cannot persist it (a full disk) leaves
+  it unacknowledged and the connection is dropped, so the broker delivers it
+  again, after the same growing, jittered delay as a failed connect: a handler
+  that keeps refusing costs a reconnect every `reconnect_max_s`, not a tight loop.
 
 The session is persistent (stable client id, `clean_start=False`, session expiry
 > 0): announcements published while the device is down wait in the broker.
@@ -52,6 +54,9 @@ InboundHandler = Callable[[str, bytes, bool], bool]
 
 _INFLIGHT = 20
 """QoS 1 messages handed to paho and not yet acknowledged by the broker."""
+
+_FLUSH_BEFORE_DROP_S = 1.0
+"""Longest a connection dropped for a refused message stays up to send what is queued."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,10 @@ class Bridge:
         self._pending_subs: set[int] = set()
         self._subs_acked = threading.Event()
         self._drop = False
+        self._refusals = 0
+        """Messages the handler refused in a row; each drop waits longer before reconnecting."""
+        self._hold_until = 0.0
+        self._drop_by = 0.0
         self._final: list[Message] = []
         self._stop_deadline = 0.0
         self._connecting_since = 0.0
@@ -261,6 +270,7 @@ class Bridge:
                           self._attempts, reason)
             return
         self._attempts = 0
+        self._drop = False  # a drop owed on the old connection is moot
         self._connected.set()
         self.metrics.inc("mqtt_connects")
         log.info("connected to %s as %s (session %s)", self.settings.broker, self.client_id,
@@ -287,17 +297,26 @@ class Bridge:
 
     def _message_cb(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
         self.metrics.inc("mqtt_received")
+        if self._drop:
+            # This connection is being dropped for a refused message: the rest of what arrives
+            # on it stays unacknowledged and comes again with the redelivery.
+            return
         try:
             ok = self._on_message(message.topic, bytes(message.payload), bool(message.retain))
         except Exception:
             log.exception("inbound handler failed on %s", message.topic)
             ok = False
         if ok:
+            self._refusals = 0
             if message.qos > 0:
                 client.ack(message.mid, message.qos)
         else:
-            # Not acknowledged: reconnect so the broker delivers it again.
+            # Not acknowledged: reconnect (after a back-off) so the broker delivers it again.
+            self._refusals += 1
             self._drop = True
+            # What we have to say (a status saying why we refuse, PUBACKs owed to us) goes out
+            # before the drop, else a refusal right after each CONNACK would keep the device mute.
+            self._drop_by = time.monotonic() + _FLUSH_BEFORE_DROP_S
 
     def _published_cb(self, client: mqtt.Client, userdata: Any, mid: int, reason: Any,
                       props: Any) -> None:
@@ -322,10 +341,14 @@ class Bridge:
             try:
                 if self._client.socket() is None:
                     self._connected.clear()
+                    hold = self._hold_until - time.monotonic()
+                    if hold > 0:
+                        self._stopping.wait(hold)
+                        continue
                     if not self._try_connect():
                         self._stopping.wait(self._backoff())
                         continue
-                self._step(0.5)
+                self._step(0.05 if self._drop else 0.5)
             except Exception:  # a bug here must cost a reconnect, not the daemon's MQTT
                 log.exception("MQTT network loop failed; reconnecting")
                 with contextlib.suppress(Exception):
@@ -354,10 +377,11 @@ class Bridge:
         """Log the 1st, 10th and every 100th failure of a streak, not all of them."""
         return self._attempts in (1, 10) or self._attempts % 100 == 0
 
-    def _backoff(self) -> float:
-        """Exponential growth with jitter in its upper half."""
+    def _backoff(self, streak: int | None = None) -> float:
+        """Exponential growth with the failure streak, jitter in its upper half."""
         s = self.settings
-        cap = min(s.reconnect_max_s, s.reconnect_min_s * 2 ** min(self._attempts - 1, 20))
+        n = self._attempts if streak is None else streak
+        cap = min(s.reconnect_max_s, s.reconnect_min_s * 2 ** min(max(n, 1) - 1, 20))
         return random.uniform(cap / 2, cap)
 
     def _step(self, timeout: float) -> None:
@@ -387,9 +411,15 @@ class Bridge:
                 and time.monotonic() - self._connecting_since > 2 * client.connect_timeout + 5):
             log.warning("no CONNACK from %s; reconnecting", self.settings.broker)
             self._close_socket()
-        if self._drop and client.socket() is not None:
+        if self._drop and client.socket() is not None and (
+                time.monotonic() >= self._drop_by or not (len(self.outbox) or self._unacked)):
+            delay = self._backoff(self._refusals)
+            if self._refusals in (1, 10) or self._refusals % 100 == 0:
+                log.warning("a message could not be stored (%d in a row); reconnecting in %.1f s for "
+                            "its redelivery", self._refusals, delay)
+            self._hold_until = time.monotonic() + delay
+            self._close_socket()  # reads to EOF: nothing more arrives on this connection
             self._drop = False
-            self._close_socket()
 
     def _close_socket(self) -> None:
         # A broken connection, not a clean DISCONNECT: the broker keeps our session (and
@@ -400,7 +430,10 @@ class Bridge:
             return
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
-        self._client.loop_read()  # paho reads EOF, closes and resets its state
+        for _ in range(1000):  # paho reads what is buffered, then EOF; it closes and resets its state
+            self._client.loop_read()
+            if self._client.socket() is None:
+                break
 
     def _drain(self) -> None:
         while len(self._unacked) < _INFLIGHT:

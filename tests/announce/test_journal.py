@@ -1,3 +1,4 @@
+import errno
 import json
 import os
 import signal
@@ -142,3 +143,138 @@ def test_finish_needs_a_final_state(tmp_path):
         journal.finish("a", "speaking")
     assert not list(tmp_path.glob(".*.tmp"))
     assert os.path.exists(tmp_path / "journal.jsonl")
+
+
+# -- a full or failing disk ----------------------------------------------------------------------
+
+from edge_agent.announce import journal as journal_module  # noqa: E402
+from edge_agent.announce.journal import JournalError  # noqa: E402
+from edge_agent.atomic import AppendFile  # noqa: E402
+from tests.conftest import FlakyWrites  # noqa: E402
+
+
+def flaky_journal(path, disk, errors=None):
+    journal = Journal(path, AnnouncementSettings(), on_error=(errors.append if errors is not None else None),
+                      open_file=lambda p: AppendFile(p, write=disk))
+    return journal, journal.open()
+
+
+def test_short_writes_still_write_whole_records(tmp_path):
+    disk = FlakyWrites()
+    disk.short = True
+    journal, _ = flaky_journal(tmp_path, disk)
+    for name in ("a", "b", "c"):
+        assert journal.accept(ann(name))
+    journal.close()
+    assert disk.calls > 6  # every record took several calls
+    _, found = open_journal(tmp_path)
+    assert [a.id for a, _ in found.pending] == ["a", "b", "c"]
+
+
+def test_a_record_torn_by_a_full_disk_is_cut_off_and_not_acknowledged(tmp_path):
+    disk = FlakyWrites()
+    errors = []
+    journal, _ = flaky_journal(tmp_path, disk, errors)
+    assert journal.accept(ann("a"))
+    size = (tmp_path / "journal.jsonl").stat().st_size
+    disk.fail_after = 20  # the next record gets 20 bytes in, then ENOSPC
+    with pytest.raises(JournalError):
+        journal.accept(ann("b"))
+    assert (tmp_path / "journal.jsonl").stat().st_size == size  # the torn bytes are gone
+    assert journal.get("b") is None and "No space left" in journal.error
+    assert errors == [journal.error]
+    disk.fail_after = -1
+    assert journal.accept(ann("b"))  # space is back: the redelivery is taken
+    assert journal.accept(ann("c"))
+    assert journal.error is None and errors[-1] is None
+    journal.close()
+    _, found = open_journal(tmp_path)
+    assert [a.id for a, _ in found.pending] == ["a", "b", "c"]
+    assert all(json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines())
+
+
+def test_a_start_that_cannot_be_recorded_changes_nothing_and_finish_catches_up(tmp_path):
+    disk = FlakyWrites()
+    journal, _ = flaky_journal(tmp_path, disk)
+    journal.accept(ann("a"))
+    journal.accept(ann("b"))
+    journal.start("a")
+    disk.full = True
+    with pytest.raises(JournalError):
+        journal.start("b")
+    assert journal.get("b").state == "queued"
+    journal.finish("a", "done", engine="local")  # happened: kept in memory, written later
+    assert journal.get("a").state == "done"
+    disk.full = False
+    assert journal.retry() and journal.error is None
+    journal.close()
+    journal, found = open_journal(tmp_path)
+    assert journal.get("a").state == "done" and found.interrupted == []
+    assert [a.id for a, _ in found.pending] == ["b"]
+
+
+def test_a_compaction_that_fails_leaves_the_journal_usable(tmp_path, monkeypatch):
+    journal, _ = open_journal(tmp_path)
+    journal.accept(ann("a"))
+
+    def no_space(path, data, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(journal_module, "atomic_write", no_space)
+    monkeypatch.setattr(journal_module, "COMPACT_RETRY_S", 0.0)
+    with journal._lock:
+        assert journal._compact() is False
+    assert journal.error is not None
+    assert journal.accept(ann("b"))  # the old file is still open for appends
+    assert journal.error is None
+    monkeypatch.undo()
+    journal.close()
+    journal, found = open_journal(tmp_path)
+    assert [a.id for a, _ in found.pending] == ["a", "b"]
+
+
+def test_opening_on_a_full_disk_still_appends_after_cutting_a_torn_tail(tmp_path, monkeypatch):
+    journal, _ = open_journal(tmp_path)
+    journal.accept(ann("a"))
+    journal.start("a")
+    journal.close()
+    with (tmp_path / "journal.jsonl").open("ab") as fh:
+        fh.write(b'{"op":"accept","a":{"id":"torn"')
+
+    def no_space(path, data, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(journal_module, "atomic_write", no_space)
+    journal, found = open_journal(tmp_path)
+    assert found.interrupted == ["a"] and journal.error is not None
+    assert journal.accept(ann("b"))
+    monkeypatch.undo()
+    journal.close()
+    journal, found = open_journal(tmp_path)
+    assert [a.id for a, _ in found.pending] == ["b"]
+    assert found.interrupted == ["a"]  # still never spoken twice
+
+
+def test_on_a_real_full_disk_nothing_acknowledged_is_lost(small_disk):
+    state = small_disk.path / "announcements"
+    journal, _ = open_journal(state)
+    small_disk.fill()
+    acknowledged = []
+    refused = 0
+    for i in range(200):
+        text = f"announcement number {i} " * 20
+        try:
+            if journal.accept(Announcement(f"n{i}", text, received_at=100.0)):
+                acknowledged.append(f"n{i}")
+        except JournalError:
+            refused += 1
+    assert refused > 0 and journal.error is not None
+    journal.close()
+    journal, found = open_journal(state)  # compaction may fail here: the disk is still full
+    assert [a.id for a, _ in found.pending] == acknowledged
+    small_disk.free()
+    assert journal.accept(ann("after"))
+    assert journal.retry() and journal.error is None
+    journal.close()
+    _, found = open_journal(state)
+    assert [a.id for a, _ in found.pending] == [*acknowledged, "after"]

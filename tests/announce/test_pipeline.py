@@ -1,4 +1,3 @@
-import errno
 import json
 import os
 import threading
@@ -9,21 +8,24 @@ import pytest
 from edge_agent.announce.journal import Journal
 from edge_agent.announce.pipeline import Announcer, Speaking
 from edge_agent.announce.playout import DirOpener
+from edge_agent.atomic import AppendFile
 from edge_agent.config import AnnouncementSettings
+from tests.conftest import FlakyWrites
 from tests.mqtt_support import GatedOpener, ToneSynth, wait_until, wav_levels
 
 VOICES = frozenset({"en_US-joe-medium"})
 
 
 class Pipeline:
-    def __init__(self, tmp_path, opener=None, synth=None, **settings):
+    def __init__(self, tmp_path, opener=None, synth=None, disk=None, **settings):
         self.statuses: list[dict] = []
         self.lock = threading.Lock()
         self.out = tmp_path / "out"
         self.synth = synth or ToneSynth()
         self.opener = opener or DirOpener(self.out)
         s = AnnouncementSettings(state_dir=tmp_path / "state", **settings)
-        self.service = Announcer(Speaking(s, self.synth, self.opener, VOICES), Journal(s.state_dir, s))
+        self.service = Announcer(Speaking(s, self.synth, self.opener, VOICES), Journal(
+            s.state_dir, s, open_file=lambda path: AppendFile(path, write=disk or os.write)))
         self.service.observe(self._publish)
         self.service.recover()
 
@@ -155,18 +157,27 @@ def test_a_full_queue_rejects_new_announcements(pipeline):
     assert "queue full" in p.statuses[-1]["error"]
 
 
-def test_a_journal_that_cannot_write_leaves_the_message_unacknowledged(pipeline, monkeypatch):
-    p = pipeline()
-    real_write = os.write
-
-    def full_disk(fd, data):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(os, "write", full_disk)
+def test_a_journal_that_cannot_write_leaves_the_message_unacknowledged(pipeline):
+    disk = FlakyWrites()
+    p = pipeline(disk=disk)
+    disk.full = True
     assert p.send({"id": "a", "text": "Hi."}) is False
-    monkeypatch.setattr(os, "write", real_write)
+    disk.full = False
     assert p.states("a") == []
     assert p.send({"id": "a", "text": "Hi."}) is True  # the broker's redelivery is accepted
+
+
+def test_a_start_the_journal_refuses_waits_and_is_spoken_once_space_returns(pipeline):
+    disk = FlakyWrites()
+    p = pipeline(disk=disk)
+    p.send({"id": "a", "text": "One. Two."})
+    disk.full = True
+    p.service.start()
+    wait_until(lambda: disk.calls >= 3, what="the speaker to retry")
+    assert p.states("a") == ["queued"] and len(p.service.queue) == 1  # waiting, not dropped
+    disk.full = False
+    p.wait_state("a", "done")
+    assert p.states("a") == ["queued", "speaking", "done"]
 
 
 def test_a_failing_voice_reports_failed_and_the_speaker_carries_on(pipeline):

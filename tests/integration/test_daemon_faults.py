@@ -183,3 +183,41 @@ def test_without_a_sound_card_the_daemon_says_so_once_and_uses_the_fallback(tmp_
         assert len(list((tmp_path / "fb").glob("*card-*.wav"))) == 2
     finally:
         daemon.close()
+
+
+def test_a_full_state_disk_loses_nothing_and_the_daemon_recovers_by_itself(tmp_path, broker, watcher,
+                                                                            small_disk):
+    """Nothing acknowledged unless journaled, nothing spoken twice, bounded logs, and no restart
+    needed once space returns, even after a restart on the full disk (whose compaction fails)."""
+    config = tmp_path / "device.yaml"
+    config.write_text(f"announcements:\n  state_dir: {small_disk.path / 'announcements'}\n")
+    daemon = DaemonProcess(tmp_path, broker.url, config=config)
+    try:
+        daemon.start().wait_running()
+        producer = Producer(broker.url)
+        small_disk.fill()
+        flood = [f"full-{i:02d}" for i in range(24)]
+        for ann_id in flood:
+            producer.publish("edge/dev1/announce", ann(ann_id, f"Disk full test {ann_id}."))
+        watcher.wait("edge/dev1/status", lambda d: "No space left" in d.get("journal_error", ""))
+        wait_until(lambda: any("could not be stored" in str(line.get("msg")) for line in daemon.log_lines()),
+                   what="a refused message")
+        daemon.kill()  # an acknowledged announcement that was not journaled would be lost here
+        daemon.start().wait_running()  # on the still-full disk: compaction fails, appending goes on
+        t_full = time.time()
+        watcher.wait("edge/dev1/status",
+                     lambda d: d["ts"] > t_full and "No space left" in d.get("journal_error", ""))
+        small_disk.free()
+        later = [f"later-{i}" for i in range(3)]
+        for ann_id in later:
+            producer.publish("edge/dev1/announce", ann(ann_id))
+        every = flood + later
+        wait_until(lambda: set(every) <= set(daemon.spoken()), timeout=180, what="all 27 spoken")
+        counts = collections.Counter(daemon.spoken())
+        assert all(counts[i] == 1 for i in every), counts
+        watcher.wait("edge/dev1/status", lambda d: d["state"] == "online" and d["ts"] > t_full
+                     and "journal_error" not in d)
+        errors = [line for line in daemon.log_lines() if line.get("level") == "error"]
+        assert len(errors) < 40, errors[-5:]
+    finally:
+        daemon.close()

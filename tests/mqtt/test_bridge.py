@@ -73,6 +73,41 @@ def test_a_message_not_acknowledged_by_the_handler_is_delivered_again(broker):
         bridge.stop()
 
 
+def test_a_handler_that_keeps_refusing_is_retried_with_growing_delays_not_in_a_loop(broker):
+    """A full disk: every delivery refused. Each drop waits its back-off before reconnecting,
+    and what the device says meanwhile (its status) still reaches the broker."""
+    import time as _time
+
+    calls: list[float] = []
+    bridge_box: list[Bridge] = []
+
+    def refuse_four(n):
+        calls.append(_time.monotonic())
+        bridge_box[0].publish(Message("edge/dev/status", f'{{"refused": {n}}}'.encode(), 1))
+        return n > 4
+
+    inbox = Inbox(accept=refuse_four)
+    watcher = Watcher(broker.url, "edge/dev/status")
+    s = MqttSettings(broker=broker.url, reconnect_min_s=0.2, reconnect_max_s=0.8)
+    bridge = Bridge(s, "dev", will=Message("edge/dev/will", b"x", 1, False), on_message=inbox)
+    bridge_box.append(bridge)
+    bridge.set_subscriptions(["edge/dev/announce"])
+    bridge.start()
+    try:
+        assert bridge.wait_connected(30) and bridge.wait_subscribed(30)
+        Producer(broker.url).publish("edge/dev/announce", b"important")
+        wait_until(lambda: len(calls) >= 5, what="four refusals and the accepted redelivery")
+        gaps = [b - a for a, b in zip(calls, calls[1:], strict=False)]
+        assert all(gap >= 0.1 for gap in gaps[:4]), gaps  # at least half of reconnect_min_s
+        assert sum(gaps[:4]) >= 0.1 + 0.2 + 0.4 + 0.4 - 0.05, gaps  # the delays grew
+        watcher.wait("edge/dev/status", lambda d: d.get("refused") == 1)  # sent before the drop
+        assert set(inbox.payloads()) == {b"important"}
+        assert bridge.metrics.snapshot()["counters"]["mqtt_connects"] == 5
+    finally:
+        bridge.stop()
+        watcher.close()
+
+
 def test_outbound_messages_wait_for_the_broker_and_survive_its_restart(broker):
     bridge = make_bridge(broker.url, Inbox())
     watcher = Watcher(broker.url, "edge/dev/out", client_id="watcher")
