@@ -19,7 +19,7 @@ from typing import Any
 
 from edge_agent.config import AnnouncementSettings
 
-ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$")
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}")
 """Ids name files (`--out-dir`), so they are plain: letters, digits and `._:@+=-`."""
 
 FINAL_STATES = ("done", "expired", "failed")
@@ -77,7 +77,7 @@ def check_announcement(doc: Mapping[str, Any], settings: AnnouncementSettings, v
     raw_id = doc.get("id")
     if not isinstance(raw_id, str) or not raw_id:
         raise Rejected("missing 'id' (a non-empty string)")
-    if not ID_PATTERN.match(raw_id):
+    if not ID_PATTERN.fullmatch(raw_id):  # not match + $: "$" also matches before a final "\n"
         raise Rejected("'id' must be 1-128 characters of letters, digits and ._:@+=- "
                        "(starting with a letter or digit)")
     ann_id = raw_id

@@ -201,7 +201,7 @@ def parse_envelope(doc: Any) -> Envelope:
         return FleetRejected(reason, version)
 
     target = doc.get("target")
-    if not isinstance(target, str) or not _TARGET.match(target):
+    if not isinstance(target, str) or not _TARGET.fullmatch(target):
         raise reject("'target' must be device:<id>, group:<name> or all")
     issued_at = doc.get("issued_at")
     if not _number(issued_at):
@@ -243,7 +243,7 @@ def _model(doc: Any, index: int, version: int) -> ModelSpec:
     if not isinstance(doc, dict):
         raise reject("must be a mapping")
     model_id = doc.get("id")
-    if not isinstance(model_id, str) or not MODEL_ID_PATTERN.match(model_id):
+    if not isinstance(model_id, str) or not MODEL_ID_PATTERN.fullmatch(model_id):
         raise reject("'id' must be a model id (letters, digits, ._-)")
     url = doc.get("url")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
@@ -264,7 +264,7 @@ def _model(doc: Any, index: int, version: int) -> ModelSpec:
         name, sha, size = f.get("name"), f.get("sha256"), f.get("size")
         if not isinstance(name, str) or not name or "/" in name or name.startswith(".") or "\\" in name:
             raise reject(f"files[{j}]: 'name' must be a plain file name")
-        if not isinstance(sha, str) or not SHA256_PATTERN.match(sha):
+        if not isinstance(sha, str) or not SHA256_PATTERN.fullmatch(sha):
             raise reject(f"files[{j}]: 'sha256' must be 64 lowercase hex digits")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise reject(f"files[{j}]: 'size' must be a byte count")

@@ -51,7 +51,7 @@ class ModelFile:
     def __post_init__(self) -> None:
         if "/" in self.name or self.name.startswith("."):
             raise ValueError(f"name: {self.name!r} must be a plain file name")
-        if not SHA256_PATTERN.match(self.sha256):
+        if not SHA256_PATTERN.fullmatch(self.sha256):
             raise ValueError(f"sha256: {self.sha256!r} is not 64 lowercase hex digits")
         if self.size < 0:
             raise ValueError(f"size: {self.size} is negative")
@@ -73,7 +73,7 @@ class CatalogEntry:
     """Free-form runtime hints (e.g. a voice's default speaker)."""
 
     def __post_init__(self) -> None:
-        if not MODEL_ID_PATTERN.match(self.id):
+        if not MODEL_ID_PATTERN.fullmatch(self.id):
             raise ValueError(f"id: {self.id!r} is not a valid model id")
         if not self.files:
             raise ValueError("files: a model needs at least one file")

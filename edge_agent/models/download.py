@@ -89,7 +89,7 @@ def _fetch(url: str, part: Path, have: int, size: int, timeout: float) -> None:
     with response:
         start = 0
         if response.status == 206:
-            match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
+            match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", ""))
             if not match:
                 raise _Retry("206 response without a usable Content-Range")
             start = int(match.group(1))

@@ -35,6 +35,7 @@ def test_defaults_apply_to_missing_optional_fields():
     ({"text": "hello"}, "missing 'id'"),
     ({"id": "", "text": "hello"}, "missing 'id'"),
     ({"id": "../etc/passwd", "text": "hello"}, "'id' must be"),
+    ({"id": "a\n", "text": "hello"}, "'id' must be"),  # it would name the file "a\n.wav"
     ({"id": "a"}, "missing 'text'"),
     ({"id": "a", "text": "   "}, "missing 'text'"),
     ({"id": "a", "text": "x" * 101}, "101 characters, the limit is 100"),

@@ -105,11 +105,13 @@ def test_a_10_mb_payload_is_rejected_before_parsing():
     (body(version="7"), "'version'"),
     (body(target="device:"), "'target'"),
     (body(target="room:x"), "'target'"),
+    (body(target="all\n"), "'target'"),  # "$" alone would match before a final newline
     (body(issued_at="now"), "'issued_at'"),
     (body(config=[1]), "'config' must be a mapping"),
     (body(extra=1), "unknown envelope field 'extra'"),
     (body(models=[{"id": "m", "url": "ftp://x/m.onnx", "sha256": "0" * 64, "size": 1}]), "http"),
     (body(models=[{"id": "m", "url": "http://x/m.onnx", "sha256": "XYZ", "size": 1}]), "sha256"),
+    (body(models=[{"id": "m\n", "url": "http://x/m.onnx", "sha256": "0" * 64, "size": 1}]), "id"),
     (body(models=[{"id": "m", "url": "http://x/", "files": [{"name": "../m", "sha256": "0" * 64,
                                                               "size": 1}]}]), "plain file name"),
 ])
