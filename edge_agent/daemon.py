@@ -62,6 +62,7 @@ from edge_agent.models import ModelStore, load_catalog
 from edge_agent.mqtt.bridge import Bridge, Message
 from edge_agent.mqtt.topics import Topics
 from edge_agent.offload.router import make_synthesizer
+from edge_agent.providers import for_use
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Synthesizer
@@ -86,7 +87,7 @@ ListenerFactory = Callable[[Settings], Listener | None]
 def local_synthesizer(settings: Settings) -> Synthesizer:
     """The on-device voice (the offload router implements the same protocol)."""
     store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
-    return LocalSynthesizer(VoiceRegistry(store, settings.tts), settings.tts)
+    return LocalSynthesizer(VoiceRegistry(store, settings.tts, accel=for_use(settings, "tts")), settings.tts)
 
 
 def routed_synthesizer(settings: Settings) -> Synthesizer:

@@ -9,13 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.errors import ModelError
+from edge_agent.providers import CPU, Accelerator, Profile
 
 log = logging.getLogger(__name__)
 
 
 def make_session(path: Path, threads: int, *, spin: bool = True,
-                 weights: Mapping[str, Any] | None = None, shapes_vary: bool = False) -> Any:
-    """An onnxruntime CPU session with `threads` intra-op threads and full graph optimisation.
+                 weights: Mapping[str, Any] | None = None, shapes_vary: bool = False,
+                 accel: Accelerator = CPU, profile: Profile | None = None) -> Any:
+    """An onnxruntime session on `accel`'s providers with `threads` intra-op threads and full graph
+    optimisation.
 
     Inter-op parallelism stays at 1: the models we run are chains of ops, and a
     second pool only competes for the same two to four cores. `weights` (from
@@ -23,7 +26,29 @@ def make_session(path: Path, threads: int, *, spin: bool = True,
     one model hold its weights once. `shapes_vary` turns off onnxruntime's memory
     patterns, which are planned and kept per input shape: a model fed a new shape
     on nearly every call (a sentence, a window) only pays for them in memory.
+
+    On an accelerator (`accel` not CPU only) the CPU-only settings are left out:
+    spinning, and `weights` (they would be copied to the device per session,
+    not shared; onnxruntime reads the model's external data itself). `profile`
+    is the TensorRT optimisation profile of the shapes the caller feeds.
     """
+    import onnxruntime as ort
+
+    opts = session_options(threads, spin=spin, weights=weights, shapes_vary=shapes_vary, accel=accel)
+    providers = accel.session_providers(profile)
+    try:
+        session = ort.InferenceSession(str(path), sess_options=opts, providers=[n for n, _ in providers],
+                                       provider_options=[o for _, o in providers])
+    except Exception as exc:  # onnxruntime raises its own untyped errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"{path}: cannot load ONNX model: {first}") from None
+    accel.check(session, path.name)
+    return session
+
+
+def session_options(threads: int, *, spin: bool = True, weights: Mapping[str, Any] | None = None,
+                    shapes_vary: bool = False, accel: Accelerator = CPU) -> Any:
+    """The `SessionOptions` of `make_session` (CPU-only entries only for a CPU session)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -37,15 +62,12 @@ def make_session(path: Path, threads: int, *, spin: bool = True,
     # them), but must stop when the run ends: threads left spinning after a run
     # steal the cores from whatever runs next (the vocoder's windows, the ASR
     # decoder). A caller that shares the cores during the run passes spin=False.
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-    opts.add_session_config_entry("session.force_spinning_stop", "1")
-    for name, value in (weights or {}).items():
-        opts.add_initializer(name, value)
-    try:
-        return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises its own untyped errors
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"{path}: cannot load ONNX model: {first}") from None
+    if accel.cpu_only:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        opts.add_session_config_entry("session.force_spinning_stop", "1")
+        for name, value in (weights or {}).items():
+            opts.add_initializer(name, value)
+    return opts
 
 
 def load_weights(path: Path) -> dict[str, Any]:

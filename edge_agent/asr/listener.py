@@ -228,7 +228,9 @@ def build_listener(settings: Settings, store: ModelStore, source: AudioSource | 
     from edge_agent.vad import make_segmenter
 
     segmenter = make_segmenter(settings.vad, store)
-    model = WhisperOnnx.from_settings(settings.asr, settings.models)
+    from edge_agent.providers import for_use
+
+    model = WhisperOnnx.from_settings(settings.asr, settings.models, for_use(settings, "asr"))
     if source is None:
         source = SoundDeviceSource(settings.audio.input_device)
     return Listener(source, segmenter, Transcriber(model, settings.asr))

@@ -32,6 +32,7 @@ from edge_agent.asr.tokenizer import SPACE_TOKEN, Tokenizer
 from edge_agent.audio.resample import Float32
 from edge_agent.config import AsrSettings, ModelSettings
 from edge_agent.errors import ModelError, UsageError
+from edge_agent.providers import CPU, Accelerator, Profile
 from edge_agent.runtime import make_session
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,8 @@ class WhisperOnnx:
 
     @staticmethod
     def load(directory: Path, variant: str | None = None, threads: int = 2,
-             *, decoder_threads: int | None = None, verify: bool = True) -> WhisperOnnx:
+             *, decoder_threads: int | None = None, verify: bool = True,
+             accel: Accelerator = CPU) -> WhisperOnnx:
         """Load `variant` (default: the manifest's) from an export directory.
 
         `threads` is the encoder's intra-op thread count, `decoder_threads` the
@@ -151,8 +153,15 @@ class WhisperOnnx:
         if verify:
             verify_files(manifest, [chosen.encoder, chosen.decoder, "tokenizer.json"])
         started = time.perf_counter()
-        encoder = make_session(directory / chosen.encoder, threads)
-        decoder = make_session(directory / chosen.decoder, decoder_threads or threads)
+        # The encoder is fed an even number of mel frames up to Whisper's 30 s window (bucket
+        # padding: multiples of asr.bucket_s); the decoder's KV cache grows a token at a time,
+        # which TensorRT cannot profile usefully, so it gets no profile.
+        def mel(frames: int) -> dict[str, tuple[int, ...]]:
+            return {"mel": (1, manifest.dims.n_mels, frames)}
+
+        encoder = make_session(directory / chosen.encoder, threads, accel=accel,
+                               profile=Profile(mel(2), mel(800), mel(N_FRAMES)))
+        decoder = make_session(directory / chosen.decoder, decoder_threads or threads, accel=accel)
         tokenizer = Tokenizer.load(manifest.tokenizer_path)
         _check_io(encoder, {"mel"}, directory / chosen.encoder)
         _check_io(decoder, {"tokens", "self_k_in", "self_v_in", "cross_k", "cross_v", "offset"},
@@ -162,9 +171,9 @@ class WhisperOnnx:
         return WhisperOnnx(manifest, chosen.name, encoder, decoder, tokenizer)
 
     @staticmethod
-    def from_settings(asr: AsrSettings, models: ModelSettings) -> WhisperOnnx:
+    def from_settings(asr: AsrSettings, models: ModelSettings, accel: Accelerator = CPU) -> WhisperOnnx:
         return WhisperOnnx.load(resolve_export_dir(asr, models), asr.variant or None, asr.threads,
-                                decoder_threads=asr.decoder_threads)
+                                decoder_threads=asr.decoder_threads, accel=accel)
 
     # -- prompt and logit filters ---------------------------------------------------
 
@@ -304,6 +313,10 @@ class WhisperOnnx:
             frames=sum(p.frames for p in parts),
             timings=timings,
         )
+
+    def sessions(self) -> dict[str, Any]:
+        """Its onnxruntime sessions by part."""
+        return {"encoder": self._encoder, "decoder": self._decoder}
 
     def close(self) -> None:
         self._encoder = None

@@ -6,9 +6,16 @@ import argparse
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from edge_agent.commands.context import Context
 from edge_agent.config import parse_uri
+from edge_agent.providers import Use
+
+USES: tuple[Use, ...] = ("tts", "asr", "server")
+"""The uses whose providers `runtime.*` sets."""
 
 
 @dataclass(frozen=True)
@@ -66,11 +73,55 @@ def check_models(ctx: Context) -> list[Check]:
     return checks
 
 
-def check_asr(ctx: Context) -> Check:
-    """The Whisper export the listener would load: present, variant known, files as the manifest says."""
-    from edge_agent.asr.manifest import load_manifest, verify_files
-    from edge_agent.asr.whisper import resolve_export_dir
+def check_runtime(ctx: Context) -> Check:
+    """The onnxruntime build, the providers it offers and those each use will run on."""
+    import onnxruntime as ort
+
+    from edge_agent.providers import available, for_use
+
+    uses = "; ".join(f"{use}: {', '.join(for_use(ctx.settings, use).names)}" for use in USES)
+    return Check("runtime", True, False, f"onnxruntime {ort.__version__} offers {', '.join(available())}; "
+                                         f"{uses}")
+
+
+def _ran_on(wanted: tuple[str, ...], sessions: dict[str, Any]) -> tuple[bool, str]:
+    """Whether every session got the first provider asked for, and `part on providers` for each."""
+    from edge_agent.providers import running_on
+
+    where = {part: running_on(s) for part, s in sessions.items()}
+    ok = all(on.split(", ")[0] == wanted[0] for on in where.values())
+    return ok, ", ".join(f"{part} on {on}" for part, on in where.items())
+
+
+def check_tts(ctx: Context) -> Check:
+    """One sentence from the configured voice on its providers; which provider each session got."""
     from edge_agent.errors import ModelError
+    from edge_agent.providers import for_use
+    from edge_agent.tts.registry import VoiceRegistry
+
+    settings = ctx.settings
+    try:
+        voice = VoiceRegistry(ctx.store, settings.tts, accel=for_use(settings, "tts")).get(settings.tts.voice)
+    except ModelError as exc:
+        return Check("tts", False, True, str(exc))
+    try:
+        samples = sum(len(chunk) for chunk in voice.synthesize_sentence("Ready."))
+        ok, where = _ran_on(settings.runtime.wanted("tts"), voice.sessions())
+    finally:
+        voice.close()
+    detail = f"{voice.id}: {where}; one sentence, {samples / voice.sample_rate:.2f} s of audio"
+    if not ok:
+        detail += f" (asked for {', '.join(settings.runtime.wanted('tts'))})"
+    return Check("tts", ok and samples > 0, samples == 0, detail)
+
+
+def check_asr(ctx: Context) -> Check:
+    """The Whisper export the listener would load: present, variant known, files as the manifest says;
+    then one encoder and decoder run on its providers."""
+    from edge_agent.asr.manifest import load_manifest, verify_files
+    from edge_agent.asr.whisper import Padding, WhisperOnnx, resolve_export_dir
+    from edge_agent.errors import ModelError
+    from edge_agent.providers import for_use
 
     asr = ctx.settings.asr
     directory = resolve_export_dir(asr, ctx.settings.models)
@@ -80,7 +131,23 @@ def check_asr(ctx: Context) -> Check:
         verify_files(manifest, [variant.encoder, variant.decoder, "tokenizer.json"])
     except ModelError as exc:
         return Check("asr", False, False, str(exc))
-    return Check("asr", True, False, f"{directory} ({variant.name}), files verified")
+    wanted = ctx.settings.runtime.wanted("asr")
+    try:
+        model = WhisperOnnx.load(directory, variant.name, asr.threads, decoder_threads=asr.decoder_threads,
+                                 verify=False, accel=for_use(ctx.settings, "asr"))
+    except ModelError as exc:
+        return Check("asr", False, False, str(exc))
+    try:
+        # One second of silence, bucket-padded: the encoder and one decoder step, for real.
+        silence = np.zeros(16000, dtype=np.float32)
+        frames = Padding.from_settings(asr).frames(silence.size)
+        cross_k, cross_v = model.encode(model.features(silence, frames))
+        model.decode(cross_k, cross_v, model.prompt(asr.language), max_tokens=1)
+        ok, where = _ran_on(wanted, model.sessions())
+    finally:
+        model.close()
+    asked = "" if ok else f" (asked for {', '.join(wanted)})"
+    return Check("asr", ok, False, f"{directory} ({variant.name}), files verified; {where}{asked}")
 
 
 def check_broker(ctx: Context, timeout: float) -> Check:
@@ -166,6 +233,8 @@ def run(args: argparse.Namespace) -> int:
     probes: list[Callable[[], Check | list[Check]]] = [
         lambda: check_audio(ctx),
         lambda: check_models(ctx),
+        lambda: check_runtime(ctx),
+        lambda: check_tts(ctx),
         lambda: check_asr(ctx),
         lambda: check_broker(ctx, args.timeout),
         lambda: check_server(ctx, args.timeout),

@@ -17,6 +17,7 @@ from edge_agent.offload.auth import load_psk
 from edge_agent.offload.metrics import ServerMetrics
 from edge_agent.offload.server import SynthServer, check_key
 from edge_agent.offload.transport import server_tls_context
+from edge_agent.providers import CPU, Accelerator, for_use
 from edge_agent.tts.voice import Voice
 
 log = logging.getLogger(__name__)
@@ -32,15 +33,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     p.set_defaults(handler=run)
 
 
-def load_voices(store: ModelStore, settings: ServerSettings) -> dict[str, Voice]:
+def load_voices(store: ModelStore, settings: ServerSettings, accel: Accelerator = CPU) -> dict[str, Voice]:
     """Load and warm up every configured voice (a missing model says how to fetch it)."""
     from edge_agent.tts import kokoro
     from edge_agent.tts.registry import VoiceRegistry
 
-    registry = VoiceRegistry(store, TtsSettings(threads=settings.threads, idle_unload_s=0))
+    registry = VoiceRegistry(store, TtsSettings(threads=settings.threads, idle_unload_s=0), accel=accel)
     registry.register_runtime("kokoro", kokoro.loader(store, speaker=settings.kokoro_speaker,
                                                       threads=settings.threads,
-                                                      spin=settings.workers == 1))
+                                                      spin=settings.workers == 1, accel=accel))
     voices: dict[str, Voice] = {}
     for voice_id in settings.voices:
         voice = registry.get(voice_id)
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     psk = load_psk(s.psk_file)
     check_key(s, psk)  # before spending seconds on models
     tls = server_tls_context(s.tls_cert, s.tls_key) if s.tls_cert and s.tls_key else None
-    asyncio.run(_serve(s, ctx.store, psk, tls))
+    asyncio.run(_serve(s, ctx.store, psk, tls, for_use(ctx.settings, "server")))
     return 0
 
 
@@ -74,7 +75,8 @@ def _shown(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-async def _serve(settings: ServerSettings, store: ModelStore, psk: bytes | None, tls: Any) -> None:
+async def _serve(settings: ServerSettings, store: ModelStore, psk: bytes | None, tls: Any,
+                 accel: Accelerator = CPU) -> None:
     """Probes first (live, not ready), then the voices, then the server; SIGTERM: unready, GOAWAY, drain."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -90,7 +92,7 @@ async def _serve(settings: ServerSettings, store: ModelStore, psk: bytes | None,
         mhost, mport = await monitor.start()
         probes = f"; metrics on http://{_shown(mhost)}:{mport}/metrics"
     try:
-        voices = await asyncio.to_thread(load_voices, store, settings)
+        voices = await asyncio.to_thread(load_voices, store, settings, accel)
         if stop.is_set():
             return
         server = SynthServer(settings, voices, psk, tls=tls, metrics=metrics)

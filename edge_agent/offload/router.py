@@ -203,9 +203,10 @@ def make_synthesizer(settings: Settings, store: ModelStore) -> SynthRouter:
     With no `offload.server`/`offload.servers`, or policy `local`, the router never leaves the device.
     """
     from edge_agent.offload.auth import load_psk
+    from edge_agent.providers import for_use
     from edge_agent.tts.registry import VoiceRegistry
 
-    local = LocalSynthesizer(VoiceRegistry(store, settings.tts), settings.tts)
+    local = LocalSynthesizer(VoiceRegistry(store, settings.tts, accel=for_use(settings, "tts")), settings.tts)
     offload = settings.offload
     pool = None
     if offload.targets and offload.policy != "local":

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from edge_agent.errors import ModelError
+from edge_agent.providers import CPU, Accelerator, Profile
 from edge_agent.runtime import make_session
 from edge_agent.tts.normalize import normalize
 from edge_agent.tts.phonemes import espeak_phonemes
@@ -50,10 +51,18 @@ class KokoroVoice:
 
     @staticmethod
     def load(voice_id: str, model: Path, vocab: Path, voices: Path, *, speaker: str,
-             threads: int = 1, speed: float = 1.0, spin: bool = True) -> KokoroVoice:
+             threads: int = 1, speed: float = 1.0, spin: bool = True,
+             accel: Accelerator = CPU) -> KokoroVoice:
         table = load_vocab(vocab)
         styles = load_styles(voices, speaker)
-        return KokoroVoice(voice_id, make_session(model, threads, spin=spin), table, styles, speed=speed)
+        longest = styles.shape[0] + 1  # max_tokens and the two pads
+
+        def shapes(tokens: int) -> dict[str, tuple[int, ...]]:
+            return {"tokens": (1, tokens), "style": (1, styles.shape[-1]), "speed": (1,)}
+
+        session = make_session(model, threads, spin=spin, accel=accel,
+                               profile=Profile(shapes(3), shapes(64), shapes(longest)))
+        return KokoroVoice(voice_id, session, table, styles, speed=speed)
 
     def sentences(self, text: str) -> list[str]:
         return split_sentences(normalize(text))
@@ -86,6 +95,9 @@ class KokoroVoice:
         }
         audio: Samples = self._session.run(None, inputs)[0].reshape(-1)
         return np.clip(audio, -1.0, 1.0).astype(np.float32, copy=False)
+
+    def sessions(self) -> dict[str, Any]:
+        return {"model": self._session}
 
     def synthesize_sentence(self, sentence: str) -> Iterator[Samples]:
         for ids in self.phoneme_ids(sentence):
@@ -134,13 +146,14 @@ def _cut(ids: list[int], limit: int, space: int | None) -> Iterator[list[int]]:
         yield ids
 
 
-def loader(store: Any, *, speaker: str, threads: int, spin: bool = True) -> Any:
+def loader(store: Any, *, speaker: str, threads: int, spin: bool = True, accel: Accelerator = CPU) -> Any:
     """A `VoiceRegistry` loader for catalog entries of runtime `kokoro`."""
 
     def load(voice_id: str) -> KokoroVoice:
         files = store.require(voice_id)
         model = next(f.name for f in files.entry.files if f.name.endswith(".onnx"))
         return KokoroVoice.load(voice_id, files.path(model), files.path("vocab.json"),
-                                files.path("voices_ja.npz"), speaker=speaker, threads=threads, spin=spin)
+                                files.path("voices_ja.npz"), speaker=speaker, threads=threads, spin=spin,
+                                accel=accel)
 
     return load

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from edge_agent.errors import ModelError
+from edge_agent.providers import CPU, Accelerator, Profile
 from edge_agent.runtime import load_weights, make_session
 from edge_agent.tts.normalize import normalize
 from edge_agent.tts.phonemes import espeak_phonemes
@@ -30,6 +31,9 @@ _BOS, _EOS, _PAD = "^", "$", "_"
 
 LOOKAHEAD = 2
 """Model calls after the one being yielded whose fronts may already run."""
+
+MAX_IDS = 1024
+"""Phoneme ids of the longest model call a TensorRT profile covers (a long sentence is ~400)."""
 
 URGENT, FRONT, WINDOW = -1, 0, 1
 """Pool priorities: the window playback starts with, then the next call's front
@@ -103,16 +107,18 @@ class PiperVoice:
 
     @staticmethod
     def load(voice_id: str, model: Path, config: Path | None = None, *, threads: int = 2,
-             length_scale: float | None = None, prepared_dir: Path | None = None) -> PiperVoice:
+             length_scale: float | None = None, prepared_dir: Path | None = None,
+             accel: Accelerator = CPU) -> PiperVoice:
         """Load a voice; with `prepared_dir`, split it there (once) and stream its vocoder."""
         cfg = PiperConfig.load(config or model.with_name(model.name + ".json"))
         if prepared_dir is not None:
-            split = _load_split(model, prepared_dir, threads)
+            split = _load_split(model, prepared_dir, threads, accel, cfg)
             if split is not None:
                 lead, front, vocoder, weights = split
                 return PiperVoice(voice_id, lead, cfg, length_scale, vocoder=vocoder, front=front,
                                   workers=threads, weights=weights)
-        return PiperVoice(voice_id, make_session(model, threads), cfg, length_scale)
+        return PiperVoice(voice_id, make_session(model, threads, accel=accel, profile=_front_profile(cfg)),
+                          cfg, length_scale)
 
     @property
     def streaming(self) -> bool:
@@ -240,6 +246,11 @@ class PiperVoice:
         for ids in self.phoneme_ids(sentence):
             yield self.synthesize_ids(ids)
 
+    def sessions(self) -> dict[str, Any]:
+        if self._vocoder is None:
+            return {"model": self._session}
+        return {"front": self._session, "vocoder": self._vocoder.session}
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
@@ -250,7 +261,30 @@ def _clip(audio: Samples) -> Samples:
     return np.clip(audio, -1.0, 1.0).astype(np.float32, copy=False)
 
 
-def _load_split(model: Path, prepared_dir: Path, threads: int) -> tuple[Any, Any, Vocoder, Any] | None:
+def _front_profile(config: PiperConfig) -> Profile:
+    """The shapes a front (or the whole graph) is fed: one sentence of 1..`MAX_IDS` phoneme ids."""
+    def shapes(ids: int) -> dict[str, tuple[int, ...]]:
+        fed = {"input": (1, ids), "input_lengths": (1,), "scales": (3,)}
+        return fed | ({"sid": (1,)} if config.num_speakers > 1 else {})
+
+    return Profile(shapes(1), shapes(128), shapes(MAX_IDS))
+
+
+def _vocoder_profile(info: Any) -> Profile:
+    """The shapes the split vocoder is fed: windows of up to `WINDOW_FRAMES` (or a first window of
+    `FIRST_FRAMES` plus its tail) with their context either side, and one start/end per cut."""
+    from edge_agent.tts.vits import FIRST_FRAMES, WINDOW_FRAMES
+
+    def shapes(frames: int) -> dict[str, tuple[int, ...]]:
+        fed: dict[str, tuple[int, ...]] = {info.latent: (1, info.channels, frames)}
+        return fed | ({"starts": (len(info.cuts),), "ends": (len(info.cuts),)} if info.cuts else {})
+
+    longest = max(WINDOW_FRAMES, FIRST_FRAMES + FIRST_FRAMES // 2) + 2 * info.context
+    return Profile(shapes(1), shapes(WINDOW_FRAMES // 2 + 2 * info.context), shapes(longest))
+
+
+def _load_split(model: Path, prepared_dir: Path, threads: int, accel: Accelerator,
+                config: PiperConfig) -> tuple[Any, Any, Vocoder, Any] | None:
     """`(lead front, pooled front, vocoder, shared weights)`, preparing the split if needed.
 
     None if this graph cannot be split or the split cannot be written.
@@ -266,11 +300,15 @@ def _load_split(model: Path, prepared_dir: Path, threads: int) -> tuple[Any, Any
                         model.name, prepared_dir, exc)
             return None
         try:
-            weights = load_weights(prepared.front)
-            lead = make_session(prepared.front, threads, weights=weights, shapes_vary=True)
-            front = (make_session(prepared.front, 1, spin=False, weights=weights, shapes_vary=True)
+            # Shared weights are a CPU saving: an accelerator holds its own copy per session.
+            weights = load_weights(prepared.front) if accel.cpu_only else None
+            front_shapes, window_shapes = _front_profile(config), _vocoder_profile(prepared.info)
+            lead = make_session(prepared.front, threads, weights=weights, shapes_vary=True, accel=accel,
+                                profile=front_shapes)
+            front = (make_session(prepared.front, 1, spin=False, weights=weights, shapes_vary=True,
+                                  accel=accel, profile=front_shapes)
                      if threads > 1 else lead)
-            vocoder = make_session(prepared.vocoder, 1, shapes_vary=True)
+            vocoder = make_session(prepared.vocoder, 1, shapes_vary=True, accel=accel, profile=window_shapes)
             return lead, front, Vocoder(vocoder, prepared.info), weights
         except ModelError:
             if attempt == 2:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from edge_agent.config import TtsSettings
 from edge_agent.errors import ModelError
 from edge_agent.models.store import ModelStore
+from edge_agent.providers import CPU, Accelerator
 from edge_agent.tts.voice import Voice
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,10 @@ class VoiceRegistry:
     """Loads voices from the model store on demand; `unload_idle` frees unused ones."""
 
     def __init__(self, store: ModelStore, settings: TtsSettings,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *, accel: Accelerator = CPU) -> None:
         self._store = store
+        self.accel = accel
+        """Providers the voices run on (a `register_runtime` loader should use them too)."""
         self._settings = settings
         self._clock = clock
         self._loaded: dict[str, _Loaded] = {}
@@ -104,5 +107,5 @@ class VoiceRegistry:
         return PiperVoice.load(
             voice_id, files.path(model.name), files.path(f"{model.name}.json"),
             threads=self._settings.threads, length_scale=self._settings.length_scale,
-            prepared_dir=prepared,
+            prepared_dir=prepared, accel=self.accel,
         )

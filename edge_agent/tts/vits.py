@@ -392,7 +392,7 @@ class Vocoder:
     """Runs the 2-D vocoder on windows of a latent."""
 
     def __init__(self, session: Any, info: VocoderInfo) -> None:
-        self._session = session
+        self.session = session
         self.info = info
 
     def decode(self, z: Any, start: int = 0, end: int | None = None) -> Samples:
@@ -416,7 +416,7 @@ class Vocoder:
                 ends.append(kept[1] - first)
                 (first, stop), rate = kept, cut_rate
             feed["starts"], feed["ends"] = np.array(starts, np.int64), np.array(ends, np.int64)
-        audio = self._session.run(None, feed)[0]
+        audio = self.session.run(None, feed)[0]
         offset = first * (info.hop // rate)
         trimmed: Samples = audio[start * info.hop - offset: end * info.hop - offset]
         return trimmed

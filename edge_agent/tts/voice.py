@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +40,10 @@ class Voice(Protocol):
 
     def synthesize_sentence(self, sentence: str) -> Iterator[Samples]:
         """Audio for one sentence, possibly in several chunks."""
+        ...
+
+    def sessions(self) -> dict[str, Any]:
+        """Its onnxruntime sessions by part (`doctor` shows the providers each runs on)."""
         ...
 
     def close(self) -> None:

@@ -43,3 +43,19 @@ def test_doctor_passes_without_broker_or_server_configured():
     result = run_cli("doctor", "--set", "mqtt.broker=''")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "MQTT disabled" in result.stdout
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("ok    runtime  onnxruntime ") and "tts: cpu; asr: cpu; server: cpu" in line
+               for line in lines)
+    # One sentence really synthesized; the providers are what the sessions report.
+    assert any(line.startswith("ok    tts      en_US-joe-medium: front on cpu, vocoder on cpu; one sentence")
+               for line in lines)
+
+
+def test_doctor_shows_a_missing_accelerator_and_where_the_voice_runs_instead():
+    result = run_cli("doctor", "--set", "mqtt.broker=''", "--set", "runtime.tts=[tensorrt, cuda, cpu]")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (tts,) = [line for line in result.stdout.splitlines() if line.split()[1] == "tts"]
+    assert tts.startswith("warn") and "front on cpu, vocoder on cpu" in tts
+    assert "(asked for tensorrt, cuda, cpu)" in tts
+    warnings = [line for line in result.stderr.splitlines() if "not available in this onnxruntime" in line]
+    assert len(warnings) == 1 and "tts: execution providers tensorrt, cuda" in warnings[0], result.stderr

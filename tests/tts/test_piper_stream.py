@@ -93,7 +93,7 @@ def test_windows_decode_to_the_same_samples_as_the_whole_latent(
         assert np.abs(pieces - full).max() < 1e-5
 
     def cut(info: vits.VocoderInfo) -> float:
-        decoder = vits.Vocoder(vocoder._session, info)
+        decoder = vits.Vocoder(vocoder.session, info)
         pieces = np.concatenate([decoder.decode(z, a, b) for a, b in vits.plan_windows(frames, first=True)])
         return float(np.abs(pieces - full).max())
 
