@@ -13,6 +13,7 @@ from collections.abc import Callable
 from edge_agent.asr.listener import Transcriber
 from edge_agent.asr.whisper import WhisperOnnx, resolve_export_dir
 from edge_agent.config import Settings, parse_uri
+from edge_agent.providers import for_use
 from edge_agent.tts.voice import Synthesizer
 from edge_agent.wyoming.advertise import Advertisement
 from edge_agent.wyoming.asr import AsrService
@@ -28,7 +29,8 @@ def load_transcriber(settings: Settings) -> Transcriber | None:
     if not (directory / "manifest.json").is_file():
         log.warning("wyoming: no speech to text (no ASR export in %s; see `edge-export whisper`)", directory)
         return None
-    return Transcriber(WhisperOnnx.from_settings(settings.asr, settings.models), settings.asr)
+    model = WhisperOnnx.from_settings(settings.asr, settings.models, for_use(settings, "asr"))
+    return Transcriber(model, settings.asr)
 
 
 class WyomingService:
