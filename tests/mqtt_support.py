@@ -224,7 +224,7 @@ class DaemonProcess:
 import numpy as np  # noqa: E402
 
 from edge_agent.announce.message import Announcement  # noqa: E402
-from edge_agent.tts.voice import AudioChunk  # noqa: E402
+from edge_agent.audio.frames import AudioChunk  # noqa: E402
 
 
 class ToneSynth:

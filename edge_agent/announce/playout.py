@@ -18,11 +18,12 @@ import numpy as np
 
 from edge_agent.announce.message import Announcement
 from edge_agent.announce.queue import Item
+from edge_agent.audio.frames import AudioChunk, Samples
 from edge_agent.audio.playback import play
-from edge_agent.audio.resample import Float32, resample
+from edge_agent.audio.resample import resample
 from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
 from edge_agent.errors import AudioError
-from edge_agent.tts.voice import AudioChunk, Synthesizer
+from edge_agent.tts.voice import Synthesizer
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class GainSink:
         self.sample_rate = inner.sample_rate
         self.frames = 0
 
-    def write(self, samples: Float32) -> None:
+    def write(self, samples: Samples) -> None:
         self.inner.write(samples * self.gain)
         self.frames += len(samples)
 
@@ -85,7 +86,7 @@ class GainSink:
         self.inner.abort()
 
 
-def chime(sample_rate: int) -> Float32:
+def chime(sample_rate: int) -> Samples:
     """A soft two-tone attention chime (~0.45 s, with fades, then a short pause)."""
     parts = []
     for freq, dur in ((880.0, 0.16), (659.25, 0.22)):

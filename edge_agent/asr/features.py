@@ -14,6 +14,8 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
+from edge_agent.audio.frames import Samples
+
 SAMPLE_RATE = 16000
 N_FFT = 400
 HOP_LENGTH = 160
@@ -24,7 +26,8 @@ N_FRAMES = N_SAMPLES // HOP_LENGTH
 """Mel frames in Whisper's 30 s window (3000)."""
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH
 
-Float32 = npt.NDArray[np.float32]
+Features = npt.NDArray[np.float32]
+"""A float32 feature tensor: mel filters, a log-mel spectrogram, encoder states."""
 Float64 = npt.NDArray[np.float64]
 
 
@@ -52,7 +55,7 @@ def _mel_to_hz(mels: Float64) -> Float64:
 
 
 @lru_cache(maxsize=4)
-def mel_filters(n_mels: int, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT) -> Float32:
+def mel_filters(n_mels: int, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT) -> Features:
     """Triangular mel filters [n_mels, n_fft // 2 + 1] with Slaney area normalisation."""
     fft_freqs = np.linspace(0.0, sample_rate / 2, n_fft // 2 + 1)
     edges = np.array([0.0, sample_rate / 2])
@@ -74,7 +77,7 @@ def _window() -> Float64:
     return 0.5 - 0.5 * np.cos(2.0 * np.pi * n / N_FFT)
 
 
-def log_mel_spectrogram(audio: Float32, n_mels: int = 80, padding: int = 0) -> Float32:
+def log_mel_spectrogram(audio: Samples, n_mels: int = 80, padding: int = 0) -> Features:
     """Log-mel features [n_mels, (len(audio) + padding) // 160] of 16 kHz mono audio.
 
     `padding` zero samples are appended first, as Whisper does before slicing its
@@ -102,7 +105,7 @@ def log_mel_spectrogram(audio: Float32, n_mels: int = 80, padding: int = 0) -> F
             signal = np.concatenate([signal, np.zeros(padding, dtype=np.float32)])
         log_spec = _log10_mel(np.pad(signal, (half, half), mode="reflect"), n_frames, n_mels)
     log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
-    out: Float32 = ((log_spec + 4.0) / 4.0).astype(np.float32)
+    out: Features = ((log_spec + 4.0) / 4.0).astype(np.float32)
     return out
 
 
@@ -111,11 +114,11 @@ def _live_frames(n_audio: int) -> int:
     return -(-(n_audio + N_FFT // 2) // HOP_LENGTH)
 
 
-def _log10_mel(padded: Float32, n_frames: int, n_mels: int) -> Float32:
+def _log10_mel(padded: Features, n_frames: int, n_mels: int) -> Features:
     """log10 mel power of the first `n_frames` STFT frames of an already reflect-padded signal."""
     frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_LENGTH][:n_frames]
     spectrum = np.fft.rfft(frames * _window().astype(np.float32), axis=-1)
     power = (spectrum.real**2 + spectrum.imag**2).astype(np.float32)
     mel = mel_filters(n_mels) @ power.T
-    out: Float32 = np.log10(np.maximum(mel, 1e-10)).astype(np.float32)
+    out: Features = np.log10(np.maximum(mel, 1e-10)).astype(np.float32)
     return out

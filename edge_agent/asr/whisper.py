@@ -26,10 +26,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from edge_agent.asr.features import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES, SAMPLE_RATE, log_mel_spectrogram
+from edge_agent.asr.features import (
+    FRAMES_PER_SECOND,
+    HOP_LENGTH,
+    N_FRAMES,
+    SAMPLE_RATE,
+    Features,
+    log_mel_spectrogram,
+)
 from edge_agent.asr.manifest import Manifest, load_manifest, verify_files
 from edge_agent.asr.tokenizer import SPACE_TOKEN, Tokenizer
-from edge_agent.audio.resample import Float32
+from edge_agent.audio.frames import Samples
 from edge_agent.config import AsrSettings, ModelSettings
 from edge_agent.errors import ModelError, UsageError
 from edge_agent.providers import CPU, Accelerator, Profile
@@ -212,19 +219,19 @@ class WhisperOnnx:
 
     # -- stages ----------------------------------------------------------------------
 
-    def features(self, audio: Float32, frames: int) -> Float32:
+    def features(self, audio: Samples, frames: int) -> Features:
         """Log-mel of `audio` padded with silence (or cut) to exactly `frames` frames."""
         wanted = frames * HOP_LENGTH
         clip = audio[:wanted]
         mel = log_mel_spectrogram(clip, self.dims.n_mels, padding=wanted - clip.size)
         return mel[:, :frames]
 
-    def encode(self, mel: Float32) -> tuple[Float32, Float32]:
+    def encode(self, mel: Features) -> tuple[Features, Features]:
         """Cross-attention keys and values for a [n_mels, frames] log-mel."""
         cross_k, cross_v = self._encoder.run(["cross_k", "cross_v"], {"mel": mel[None, :, :]})
         return cross_k, cross_v
 
-    def decode(self, cross_k: Float32, cross_v: Float32, prompt: list[int],
+    def decode(self, cross_k: Features, cross_v: Features, prompt: list[int],
                max_tokens: int) -> tuple[list[int], float, float]:
         """Greedy decoding: (sampled tokens, no-speech probability, sum of log-probabilities)."""
         d = self.dims
@@ -259,7 +266,7 @@ class WhisperOnnx:
             step_input = np.array([[token]], dtype=np.int64)
         return sampled, no_speech, sum_logprob
 
-    def recognize(self, audio: Float32, padding: Padding | None = None, *, max_tokens: int = 224,
+    def recognize(self, audio: Samples, padding: Padding | None = None, *, max_tokens: int = 224,
                   language: str | None = None) -> Recognition:
         """Transcribe 16 kHz mono audio; beyond 30 s it goes in consecutive 30 s windows.
 
@@ -283,7 +290,7 @@ class WhisperOnnx:
             return replace(full, timings=timings, fallback=True)
         return result
 
-    def _recognize_window(self, audio: Float32, frames: int, max_tokens: int,
+    def _recognize_window(self, audio: Samples, frames: int, max_tokens: int,
                           language: str | None) -> Recognition:
         timings = Timings()
         started = time.perf_counter()
@@ -298,7 +305,7 @@ class WhisperOnnx:
         text = self.tokenizer.decode(tokens).strip()
         return Recognition(text, tuple(tokens), no_speech, sum_logprob / (len(tokens) + 1), frames, timings)
 
-    def _recognize_long(self, audio: Float32, pad: Padding, max_tokens: int,
+    def _recognize_long(self, audio: Samples, pad: Padding, max_tokens: int,
                         language: str | None) -> Recognition:
         window = N_FRAMES * HOP_LENGTH
         parts = [self.recognize(audio[i:i + window], pad, max_tokens=max_tokens, language=language)

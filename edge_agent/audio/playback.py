@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from edge_agent.audio.frames import AudioChunk
 from edge_agent.audio.sinks import Sink
-from edge_agent.tts.voice import AudioChunk
 
 _DONE = object()
 

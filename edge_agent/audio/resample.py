@@ -5,18 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-Float32 = npt.NDArray[np.float32]
+from edge_agent.audio.frames import Samples
 
 
-def resample(samples: Float32, rate_in: int, rate_out: int) -> Float32:
+def resample(samples: Samples, rate_in: int, rate_out: int) -> Samples:
     """Resample a whole mono float32 signal."""
     if rate_in == rate_out or samples.size == 0:
         return samples.astype(np.float32, copy=False)
     import soxr
 
-    out: Float32 = soxr.resample(samples.astype(np.float32, copy=False), rate_in, rate_out, quality="HQ")
+    out: Samples = soxr.resample(samples.astype(np.float32, copy=False), rate_in, rate_out, quality="HQ")
     return out.astype(np.float32, copy=False)
 
 
@@ -32,8 +31,8 @@ class StreamResampler:
 
             self._stream = soxr.ResampleStream(rate_in, rate_out, 1, dtype="float32", quality="HQ")
 
-    def push(self, samples: Float32, last: bool = False) -> Float32:
+    def push(self, samples: Samples, last: bool = False) -> Samples:
         if self._stream is None:
             return samples.astype(np.float32, copy=False)
-        out: Float32 = self._stream.resample_chunk(samples.astype(np.float32, copy=False), last=last)
+        out: Samples = self._stream.resample_chunk(samples.astype(np.float32, copy=False), last=last)
         return out

@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edge_agent.audio.resample import Float32, StreamResampler
+from edge_agent.audio.frames import Samples
+from edge_agent.audio.resample import StreamResampler
 from edge_agent.audio.wav import WavWriter
 from edge_agent.config import AudioSettings
 from edge_agent.errors import AudioError
@@ -31,7 +32,7 @@ class Sink(Protocol):
     sample_rate: int
     frames: int
 
-    def write(self, samples: Float32) -> None: ...
+    def write(self, samples: Samples) -> None: ...
 
     def close(self) -> None:
         """Finish: drain the device or move the file into place."""
@@ -49,7 +50,7 @@ class NullSink:
         self.sample_rate = sample_rate
         self.frames = 0
 
-    def write(self, samples: Float32) -> None:
+    def write(self, samples: Samples) -> None:
         self.frames += len(samples)
 
     def close(self) -> None:
@@ -69,7 +70,7 @@ class WavSink:
         self._writer = WavWriter(path, sample_rate)
         self.frames = 0
 
-    def write(self, samples: Float32) -> None:
+    def write(self, samples: Samples) -> None:
         self._writer.write(samples * self._volume if self._volume != 1.0 else samples)
         self.frames += len(samples)
 
@@ -114,7 +115,7 @@ class SoundDeviceSink:
         stream.start()
         return stream, resampler
 
-    def write(self, samples: Float32) -> None:
+    def write(self, samples: Samples) -> None:
         out = self._resampler.push(samples * self._volume)
         if out.size:
             self._stream.write(np.ascontiguousarray(out.reshape(-1, 1)))

@@ -21,7 +21,8 @@ from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
-from edge_agent.audio.resample import Float32, StreamResampler
+from edge_agent.audio.frames import Samples
+from edge_agent.audio.resample import StreamResampler
 from edge_agent.audio.sinks import AudioUnavailable, import_sounddevice
 from edge_agent.audio.wav import decode_pcm
 from edge_agent.errors import AudioError
@@ -43,7 +44,7 @@ class AudioSource(Protocol):
     live: bool
     """True for a real-time device: it cannot wait for a slow consumer."""
 
-    def blocks(self) -> Iterator[Float32]:
+    def blocks(self) -> Iterator[Samples]:
         """Blocks of samples until the input ends (or the source is closed)."""
         ...
 
@@ -73,7 +74,7 @@ class PcmConverter:
         self._carry = b""
         self.frames_in = 0
 
-    def push(self, data: bytes) -> Float32:
+    def push(self, data: bytes) -> Samples:
         data = self._carry + data
         frame = self.channels * self.width
         usable = len(data) - len(data) % frame
@@ -88,7 +89,7 @@ class PcmConverter:
             mono = decode_pcm(data[:usable], self.width, self.channels, self._name)
         return self._resampler.push(mono)
 
-    def finish(self) -> Float32:
+    def finish(self) -> Samples:
         return self._resampler.push(_EMPTY, last=True)
 
     @property
@@ -202,7 +203,7 @@ class WavFileSource:
         self._convert = PcmConverter(self.rate, self.channels, header.width, name, header.encoding)
         self._closed = False
 
-    def blocks(self) -> Iterator[Float32]:
+    def blocks(self) -> Iterator[Samples]:
         left = self.frames * self.header.channels * self.header.width
         while not self._closed and left > 0:
             try:
@@ -246,7 +247,7 @@ class PcmStreamSource:
         self._convert = PcmConverter(rate, channels, width, name)
         self._closed = False
 
-    def blocks(self) -> Iterator[Float32]:
+    def blocks(self) -> Iterator[Samples]:
         read = getattr(self._stream, "read1", self._stream.read)
         while not self._closed:
             try:
@@ -305,7 +306,7 @@ class SoundDeviceSource:
                 rate = int(info["default_samplerate"])
             self._rate = rate
             blocksize = max(1, round(block_s * rate))
-            self._queue: queue.Queue[Float32] = queue.Queue(maxsize=max(1, round(queue_s / block_s)))
+            self._queue: queue.Queue[Samples] = queue.Queue(maxsize=max(1, round(queue_s / block_s)))
             self._stream = sd.InputStream(samplerate=rate, channels=1, dtype="float32", device=dev,
                                           blocksize=blocksize, callback=self._callback)
             self._stream.start()
@@ -329,7 +330,7 @@ class SoundDeviceSource:
             except (queue.Empty, queue.Full):
                 pass
 
-    def blocks(self) -> Iterator[Float32]:
+    def blocks(self) -> Iterator[Samples]:
         while not self._closed.is_set():
             try:
                 block = self._queue.get(timeout=0.1)

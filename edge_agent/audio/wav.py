@@ -9,20 +9,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 
+from edge_agent.audio.frames import Samples
 from edge_agent.errors import AudioError
 
-Float32 = npt.NDArray[np.float32]
 
-
-def to_pcm16(samples: Float32) -> bytes:
+def to_pcm16(samples: Samples) -> bytes:
     """float32 in -1..1 to little-endian 16-bit PCM."""
     scaled = np.clip(samples, -1.0, 1.0) * 32767.0
     return np.round(scaled).astype("<i2").tobytes()
 
 
-def from_pcm16(data: bytes) -> Float32:
+def from_pcm16(data: bytes) -> Samples:
     """Little-endian 16-bit PCM to float32 in -1..1."""
     usable = len(data) - len(data) % 2
     return np.frombuffer(data[:usable], dtype="<i2").astype(np.float32) / 32768.0
@@ -50,7 +48,7 @@ class WavWriter:
         self._wav.setframerate(sample_rate)
         self.frames = 0
 
-    def write(self, samples: Float32) -> None:
+    def write(self, samples: Samples) -> None:
         self._wav.writeframes(to_pcm16(samples))
         self.frames += len(samples)
 
@@ -73,7 +71,7 @@ class WavWriter:
 class WavAudio:
     """A decoded WAV file, mixed down to mono float32."""
 
-    samples: Float32
+    samples: Samples
     sample_rate: int
     channels: int
 
@@ -102,7 +100,7 @@ def read_wav(path: Path) -> WavAudio:
     return WavAudio(samples.astype(np.float32, copy=False), rate, channels)
 
 
-def _decode(data: bytes, width: int, path: Path) -> Float32:
+def _decode(data: bytes, width: int, path: Path) -> Samples:
     if width == 1:
         return (np.frombuffer(data, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
     if width == 2:
@@ -118,7 +116,7 @@ def _decode(data: bytes, width: int, path: Path) -> Float32:
     raise AudioError(f"{path}: unsupported sample width of {width} bytes")
 
 
-def decode_pcm(data: bytes, width: int, channels: int, source: Path) -> Float32:
+def decode_pcm(data: bytes, width: int, channels: int, source: Path) -> Samples:
     """Interleaved integer PCM frames (1-4 bytes per sample) to mono float32."""
     samples = _decode(data, width, source)
     if channels > 1:

@@ -33,7 +33,7 @@ from edge_agent.asr.listener import Listener, Transcriber
 from edge_agent.asr.manifest import load_manifest
 from edge_agent.asr.wer import wer
 from edge_agent.asr.whisper import Padding, WhisperOnnx, resolve_export_dir
-from edge_agent.audio.resample import Float32
+from edge_agent.audio.frames import Samples
 from edge_agent.bench.clips import COMMANDS, ENGINES, Clip, clips_dir, make_clips
 from edge_agent.bench.report import emit, machine, median, percentile
 from edge_agent.commands.context import Context
@@ -43,7 +43,7 @@ from edge_agent.vad.classifiers import FrameClassifier
 
 log = logging.getLogger(__name__)
 
-Transcribe = Callable[[Float32], str]
+Transcribe = Callable[[Samples], str]
 
 GOALS = {"ratio": 0.8, "torch_ratio": 0.4, "peak_rss_mb": 300.0}
 """Targets: ours / faster-whisper int8 (at equal or better WER), ours / PyTorch, MB with VAD + ASR + voice."""
@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS subprocess")
 
 
-def measure(engines: dict[str, Transcribe], clips: list[Clip], audio: list[Float32],
+def measure(engines: dict[str, Transcribe], clips: list[Clip], audio: list[Samples],
             repeats: int) -> dict[str, dict[str, Any]]:
     """Time and score every engine on every clip, interleaved so that load drift hits all alike.
 
@@ -97,7 +97,7 @@ class _Ours:
         self.model, self.padding, self.max_tokens = model, padding, max_tokens
         self.calls: list[tuple[float, float, float, int]] = []
 
-    def __call__(self, audio: Float32) -> str:
+    def __call__(self, audio: Samples) -> str:
         result = self.model.recognize(audio, self.padding, max_tokens=self.max_tokens)
         t = result.timings
         self.calls.append((t.features, t.encoder, t.decoder, len(result.tokens) + 1))
@@ -141,7 +141,7 @@ def _faster_whisper(ct2_dir: Path, threads: int) -> Transcribe | None:
         return None
     model = WhisperModel(str(ct2_dir), device="cpu", compute_type="int8", cpu_threads=threads)
 
-    def run(audio: Float32) -> str:
+    def run(audio: Samples) -> str:
         segments, _ = model.transcribe(audio, language="en", beam_size=1, best_of=1, temperature=0.0,
                                        without_timestamps=True, condition_on_previous_text=False,
                                        vad_filter=False)
@@ -160,7 +160,7 @@ def _torch(ct2_dir: Path, threads: int) -> Transcribe | None:
     return lambda audio: ref.transcribe(audio).text
 
 
-def latency(model: WhisperOnnx, ctx: Context, audio: list[Float32]) -> dict[str, Any]:
+def latency(model: WhisperOnnx, ctx: Context, audio: list[Samples]) -> dict[str, Any]:
     """End of speech -> transcript through VAD + listener, for input arriving in real time.
 
     Each clip is framed by silence and streamed through the configured VAD; the
@@ -188,7 +188,7 @@ class _ArraySource:
     live = False
     sample_rate = 16000
 
-    def __init__(self, samples: Float32) -> None:
+    def __init__(self, samples: Samples) -> None:
         self._samples = samples
 
     def blocks(self) -> Any:
@@ -199,7 +199,7 @@ class _ArraySource:
         pass
 
 
-def vad_compare(ctx: Context, audio: list[Float32]) -> dict[str, Any]:
+def vad_compare(ctx: Context, audio: list[Samples]) -> dict[str, Any]:
     """webrtcvad and Silero on the same stream: commands separated by 1.5 s, then 5 s of noise."""
     rng = np.random.default_rng(0)
     gap = np.zeros(24000, np.float32)

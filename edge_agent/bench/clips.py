@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_agent.audio.resample import Float32, resample
+from edge_agent.audio.frames import Samples
+from edge_agent.audio.resample import resample
 from edge_agent.audio.sinks import WavSink
 from edge_agent.audio.wav import read_wav
 from edge_agent.errors import AudioError, UsageError
@@ -54,12 +55,12 @@ class Clip:
     engine: str
     path: Path
 
-    def audio(self) -> Float32:
+    def audio(self) -> Samples:
         """The clip as 16 kHz mono float32."""
         return load_16k(self.path)
 
 
-def load_16k(path: Path) -> Float32:
+def load_16k(path: Path) -> Samples:
     wav = read_wav(path)
     return resample(wav.samples, wav.sample_rate, 16000)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.announce.message import Announcement
-from edge_agent.audio.resample import Float32
+from edge_agent.audio.frames import Samples
 from edge_agent.audio.sinks import NullSink, Sink
 from edge_agent.bench.report import emit, machine, percentile
 from edge_agent.commands.context import Context
@@ -53,7 +53,7 @@ class _TimingSink:
         self.frames = 0
         self._on_first = on_first
 
-    def write(self, samples: Float32) -> None:
+    def write(self, samples: Samples) -> None:
         if self.frames == 0:
             self._on_first(time.perf_counter())
         self.inner.write(samples)

@@ -9,13 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from edge_agent.audio.frames import AudioChunk
 from edge_agent.audio.playback import play
 from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
 from edge_agent.providers import for_use
 from edge_agent.tts.registry import VoiceRegistry
-from edge_agent.tts.voice import AudioChunk, synthesize
+from edge_agent.tts.voice import synthesize
 
 log = logging.getLogger(__name__)
 

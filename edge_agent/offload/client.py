@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edge_agent import __version__
+from edge_agent.audio.frames import Samples
 from edge_agent.config import Endpoint, OffloadSettings, parse_uri
 from edge_agent.offload import auth
 from edge_agent.offload.breaker import Backoff, CircuitBreaker
@@ -60,7 +61,6 @@ from edge_agent.offload.transport import (
     cancel_and_wait,
     client_tls_context,
 )
-from edge_agent.tts.voice import Samples
 
 log = logging.getLogger(__name__)
 

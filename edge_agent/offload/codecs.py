@@ -17,15 +17,14 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
+from edge_agent.audio.frames import Samples
 from edge_agent.audio.wav import to_pcm16
 from edge_agent.offload.messages import Codec
 from edge_agent.offload.protocol import MalformedPayload
 
 log = logging.getLogger(__name__)
 
-Float32 = npt.NDArray[np.float32]
 
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 """The only sample rates libopus encodes and decodes."""
@@ -97,19 +96,19 @@ class SentenceEncoder:
         encoder.signal = _opus().SIGNAL_VOICE
         return encoder
 
-    def encode(self, samples: Float32) -> list[Chunk]:
+    def encode(self, samples: Samples) -> list[Chunk]:
         """Chunks of one sentence, in order (at least one, possibly of zero samples)."""
         if self.codec is Codec.PCM16:
             return self._pcm(samples)
         return self._opus_chunks(samples)
 
-    def _pcm(self, samples: Float32) -> list[Chunk]:
+    def _pcm(self, samples: Samples) -> list[Chunk]:
         step = self.chunk_samples
         chunks = [Chunk(len(part), to_pcm16(part))
                   for part in (samples[i:i + step] for i in range(0, len(samples), step))]
         return chunks or [Chunk(0, b"")]
 
-    def _opus_chunks(self, samples: Float32) -> list[Chunk]:
+    def _opus_chunks(self, samples: Samples) -> list[Chunk]:
         frame = self.frame_samples
         valid = len(samples)
         total = valid + self.pre_skip
@@ -161,12 +160,12 @@ class SentenceDecoder:
                 raise MalformedPayload(f"Opus pre-skip {pre_skip} is implausible")
             self._decoder = _opus().Decoder(sample_rate, 1)
 
-    def decode(self, samples: int, data: bytes) -> Float32:
+    def decode(self, samples: int, data: bytes) -> Samples:
         """The audio of one chunk: exactly `samples` samples, else `MalformedPayload`."""
         if self.codec is Codec.PCM16:
             if len(data) != 2 * samples:
                 raise MalformedPayload(f"PCM16 chunk of {len(data)} bytes claims {samples} samples")
-            pcm: Float32 = np.frombuffer(data, dtype="<i2").astype(np.float32) / np.float32(32768.0)
+            pcm: Samples = np.frombuffer(data, dtype="<i2").astype(np.float32) / np.float32(32768.0)
             return pcm
         decoded = self._opus_packets(data)
         dropped = min(self._skip, len(decoded))
@@ -176,8 +175,8 @@ class SentenceDecoder:
             raise MalformedPayload(f"Opus chunk decodes to {len(decoded)} samples, claims {samples}")
         return decoded[:samples]
 
-    def _opus_packets(self, data: bytes) -> Float32:
-        pieces: list[Float32] = []
+    def _opus_packets(self, data: bytes) -> Samples:
+        pieces: list[Samples] = []
         pos = 0
         while pos < len(data):
             if pos + 2 > len(data):
@@ -192,5 +191,5 @@ class SentenceDecoder:
                 raise MalformedPayload(f"corrupt Opus packet ({exc})") from None
             pieces.append(np.frombuffer(pcm, dtype=np.float32))
             pos += length
-        out: Float32 = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
+        out: Samples = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
         return out

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edge_agent.audio.frames import AudioChunk
 from edge_agent.audio.resample import resample
 from edge_agent.config import OffloadSettings, Settings, TtsSettings
 from edge_agent.models.store import ModelStore
@@ -29,7 +30,7 @@ from edge_agent.offload.pool import ServerPool
 from edge_agent.offload.protocol import ErrorCode
 from edge_agent.offload.transport import OffloadError
 from edge_agent.tts.local import LocalSynthesizer
-from edge_agent.tts.voice import AudioChunk, Voice, synthesize_sentences
+from edge_agent.tts.voice import Voice, synthesize_sentences
 
 log = logging.getLogger(__name__)
 

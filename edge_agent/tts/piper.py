@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_agent.audio.frames import Samples
 from edge_agent.errors import ModelError
 from edge_agent.providers import CPU, Accelerator, Profile
 from edge_agent.runtime import load_weights, make_session
@@ -23,7 +24,7 @@ from edge_agent.tts.phonemes import espeak_phonemes
 from edge_agent.tts.pool import PriorityPool
 from edge_agent.tts.sentences import split_sentences
 from edge_agent.tts.vits import UnsupportedGraph, Vocoder, plan_windows, prepare
-from edge_agent.tts.voice import Samples, by_sentence
+from edge_agent.tts.voice import by_sentence
 
 log = logging.getLogger(__name__)
 

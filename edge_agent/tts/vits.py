@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 
 from edge_agent.atomic import fsync_dir
+from edge_agent.audio.frames import Samples
 from edge_agent.errors import ModelError
-from edge_agent.tts.voice import Samples
 
 log = logging.getLogger(__name__)
 

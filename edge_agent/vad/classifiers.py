@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edge_agent.audio.resample import Float32
+from edge_agent.audio.frames import Samples
 from edge_agent.audio.wav import to_pcm16
 from edge_agent.errors import ModelError
 
@@ -25,7 +25,7 @@ class FrameClassifier(Protocol):
     frame_samples: int
     """Samples per frame at 16 kHz."""
 
-    def is_speech(self, frame: Float32) -> bool:
+    def is_speech(self, frame: Samples) -> bool:
         """Classify the next frame of the stream (exactly `frame_samples` samples)."""
         ...
 
@@ -46,7 +46,7 @@ class WebRtcClassifier:
         self.frame_samples = SAMPLE_RATE * frame_ms // 1000
         self._vad = webrtcvad.Vad(aggressiveness)
 
-    def is_speech(self, frame: Float32) -> bool:
+    def is_speech(self, frame: Samples) -> bool:
         return bool(self._vad.is_speech(to_pcm16(frame), SAMPLE_RATE))
 
     def reset(self) -> None:
@@ -80,7 +80,7 @@ class SileroClassifier:
             raise ModelError(f"{path}: not a Silero VAD v5+ model (inputs {sorted(names)})")
         return SileroClassifier(session, threshold)
 
-    def probability(self, frame: Float32) -> float:
+    def probability(self, frame: Samples) -> float:
         """Speech probability of the next frame."""
         x = np.concatenate([self._context, frame.astype(np.float32, copy=False)])[None, :]
         out, self._state = self._session.run(None, {"input": x, "state": self._state, "sr": self._sr})
@@ -88,7 +88,7 @@ class SileroClassifier:
         self.last_probability = float(out.reshape(-1)[0])
         return self.last_probability
 
-    def is_speech(self, frame: Float32) -> bool:
+    def is_speech(self, frame: Samples) -> bool:
         return self.probability(frame) >= self.threshold
 
     def reset(self) -> None:

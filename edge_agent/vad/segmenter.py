@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge_agent.audio.resample import Float32
+from edge_agent.audio.frames import Samples
 from edge_agent.config import VadSettings
 from edge_agent.vad.classifiers import SAMPLE_RATE, FrameClassifier
 
@@ -27,7 +27,7 @@ TAIL_MS = 200
 class Utterance:
     """A stretch of speech found by the VAD."""
 
-    samples: Float32
+    samples: Samples
     """16 kHz audio from `audio_start`: pre-roll, the speech, and a short tail."""
     start: float
     """Seconds from the start of the stream to the first speech frame."""
@@ -60,7 +60,7 @@ class SegmenterStats:
 
 @dataclass
 class _Open:
-    frames: list[Float32]
+    frames: list[Samples]
     audio_start: int
     start: int
     last_speech_end: int
@@ -76,7 +76,7 @@ class Segmenter:
         self.settings = settings
         self.frame = classifier.frame_samples
         self.frame_ms = 1000 * self.frame / SAMPLE_RATE
-        self._preroll: deque[Float32] = deque(maxlen=max(0, round(settings.preroll_ms / self.frame_ms)))
+        self._preroll: deque[Samples] = deque(maxlen=max(0, round(settings.preroll_ms / self.frame_ms)))
         self._hangover = max(1, round(settings.hangover_ms / self.frame_ms))
         self._tail = min(self._hangover, round(TAIL_MS / self.frame_ms))
         self._max = round(settings.max_utterance_s * SAMPLE_RATE)
@@ -94,7 +94,7 @@ class Segmenter:
     def in_speech(self) -> bool:
         return self._open is not None
 
-    def push(self, block: Float32) -> list[Utterance]:
+    def push(self, block: Samples) -> list[Utterance]:
         """Classify `block` (16 kHz mono) and return every utterance that ended in it."""
         data = np.concatenate([self._pending, block]) if self._pending.size else block
         usable = len(data) - len(data) % self.frame
@@ -114,7 +114,7 @@ class Segmenter:
         self.classifier.reset()
         return [utterance] if utterance is not None else []
 
-    def _step(self, frame: Float32) -> Utterance | None:
+    def _step(self, frame: Samples) -> Utterance | None:
         speech = self.classifier.is_speech(frame)
         start = self._pos
         self._pos += self.frame

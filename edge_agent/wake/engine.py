@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edge_agent.audio.resample import Float32
+from edge_agent.audio.frames import Samples
 from edge_agent.config import WakeSettings
 from edge_agent.errors import ModelError
 from edge_agent.wake.models import WakeModelSpec, check_all, check_tflite, library_path
@@ -99,7 +99,7 @@ class WakeEngine:
         """Seconds of audio processed so far."""
         return self._pos / SAMPLE_RATE
 
-    def feed(self, samples: Float32) -> list[Detection]:
+    def feed(self, samples: Samples) -> list[Detection]:
         """Process 16 kHz mono float samples (-1..1)."""
         pcm = np.clip(np.round(samples * 32767.0), -32768, 32767).astype("<i2")
         return self.feed_pcm(pcm.tobytes())

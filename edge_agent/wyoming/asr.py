@@ -20,7 +20,7 @@ from wyoming.info import AsrModel, AsrProgram
 
 from edge_agent import __version__
 from edge_agent.asr.listener import Transcriber
-from edge_agent.audio.resample import Float32
+from edge_agent.audio.frames import Samples
 from edge_agent.audio.sources import TARGET_RATE
 from edge_agent.config import Settings
 from edge_agent.vad.segmenter import Utterance
@@ -62,7 +62,7 @@ class AsrService:
     def session(self, send: Send) -> AsrSession:
         return AsrSession(self, send)
 
-    async def transcribe(self, audio: Float32) -> str:
+    async def transcribe(self, audio: Samples) -> str:
         audio = np.concatenate([np.zeros(round(LEAD_IN_S * TARGET_RATE), dtype=np.float32), audio])
         seconds = audio.size / TARGET_RATE
         utterance = Utterance(samples=audio, start=0.0, end=seconds, audio_start=0.0, ended_at=seconds,

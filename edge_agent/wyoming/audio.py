@@ -14,7 +14,7 @@ import numpy as np
 from wyoming.audio import AudioChunk, AudioStart
 from wyoming.event import Event
 
-from edge_agent.audio.resample import Float32
+from edge_agent.audio.frames import Samples
 from edge_agent.audio.sources import TARGET_RATE, PcmConverter, check_format
 from edge_agent.audio.wav import to_pcm16
 from edge_agent.errors import AudioError, EdgeError
@@ -36,7 +36,7 @@ def start_event(rate: int) -> Event:
     return AudioStart(rate=rate, width=WIDTH, channels=1).event()
 
 
-def chunk_events(samples: Float32, rate: int, per_chunk: int) -> Iterator[Event]:
+def chunk_events(samples: Samples, rate: int, per_chunk: int) -> Iterator[Event]:
     """`audio-chunk` events carrying `samples` as s16le mono, at most `per_chunk` samples each."""
     for start in range(0, len(samples), per_chunk):
         pcm = to_pcm16(samples[start:start + per_chunk])
@@ -55,7 +55,7 @@ class Recording:
         self.max_samples = round(max_s * TARGET_RATE)
         self.max_s = max_s
         self._convert = PcmConverter(start.rate, start.channels, start.width, "audio-chunk")
-        self._parts: list[Float32] = []
+        self._parts: list[Samples] = []
         self.samples = 0
 
     @staticmethod
@@ -69,7 +69,7 @@ class Recording:
             raise bad
         return Recording(start, max_s)
 
-    def push(self, event: Event) -> Float32:
+    def push(self, event: Event) -> Samples:
         """Add one `audio-chunk`; returns its 16 kHz samples (the resampler may hold a few back)."""
         data = event.data
         declared = (data.get("rate"), data.get("width"), data.get("channels"))
@@ -80,14 +80,14 @@ class Recording:
         self._add(samples)
         return samples
 
-    def finish(self) -> Float32:
+    def finish(self) -> Samples:
         """All the audio, once `audio-stop` has come."""
         self._add(self._convert.finish())
         if not self._parts:
             return np.zeros(0, dtype=np.float32)
         return np.concatenate(self._parts)
 
-    def _add(self, samples: Float32) -> None:
+    def _add(self, samples: Samples) -> None:
         self.samples += samples.size
         if self.samples > self.max_samples:
             raise Refused(f"audio longer than {self.max_s:g} s", "audio-too-long")

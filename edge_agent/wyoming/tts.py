@@ -26,13 +26,14 @@ from wyoming.info import Attribution, TtsProgram, TtsVoice
 from wyoming.tts import Synthesize, SynthesizeStart, SynthesizeStopped
 
 from edge_agent import __version__
+from edge_agent.audio.frames import AudioChunk
 from edge_agent.audio.resample import resample
 from edge_agent.config import Settings
 from edge_agent.offload.breaker import BreakerState
 from edge_agent.offload.client import OffloadClient
 from edge_agent.offload.router import SynthRouter
 from edge_agent.tts.sentences import split_complete
-from edge_agent.tts.voice import AudioChunk, Synthesizer
+from edge_agent.tts.voice import Synthesizer
 from edge_agent.wyoming.audio import Refused, chunk_events, start_event
 
 log = logging.getLogger(__name__)

@@ -3,9 +3,9 @@ import time
 import numpy as np
 import pytest
 
+from edge_agent.audio.frames import AudioChunk
 from edge_agent.audio.playback import play
 from edge_agent.audio.sinks import NullSink
-from edge_agent.tts.voice import AudioChunk
 
 
 def chunks(sentences: int, per_sentence: int = 2, produced: list | None = None):

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from edge_agent.asr.wer import wer
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
@@ -20,7 +21,6 @@ from wyoming.event import Event
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
 
-from edge_agent.asr.wer import wer
 from edge_agent.audio.resample import resample
 from edge_agent.audio.wav import from_pcm16, to_pcm16
 from tests.wyoming.wyoming_support import ServerThread, make_server
