@@ -10,8 +10,12 @@ from typing import Any
 
 from edge_agent.errors import ModelError
 from edge_agent.models.store import sha256_file
+from edge_agent.text.wer import UNIT as WER_UNIT
 
 MANIFEST = "manifest.json"
+
+_WER_SCALE = {WER_UNIT: 1.0, "percent": 0.01}
+"""What turns a manifest's WERs into fractions, by its `wer_unit`."""
 
 _DTYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 9: "bool", 3: "int8", 2: "uint8"}
 
@@ -65,3 +69,12 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
         raise ModelError(f"{path}: not an edge-export manifest (no 'files')")
     return doc
+
+
+def wer_scale(doc: dict[str, Any]) -> float:
+    """The factor that turns `doc`'s WERs into fractions; manifests without `wer_unit` recorded percent."""
+    unit = doc.get("wer_unit", "percent")
+    try:
+        return _WER_SCALE[unit]
+    except (KeyError, TypeError):
+        raise ModelError(f"manifest: unknown wer_unit {unit!r} (known: {', '.join(_WER_SCALE)})") from None

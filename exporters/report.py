@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from exporters.manifest import wer_scale
+
 
 def variant_table(manifest: dict[str, Any]) -> str:
+    """WERs as fractions whatever unit the manifest recorded them in (older ones: percent)."""
     ref = manifest["reference"]
+    scale = wer_scale(manifest)
     lines = [
         "| variant | size MB | load s | RTF | RTF (clip + tail) | max logit diff | WER vs PyTorch | "
         "WER vs text | drift |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-        f"| PyTorch (reference) | | | {ref['rtf']:.3f} | | | | {ref['wer_truth']:.1f} | |",
+        f"| PyTorch (reference) | | | {ref['rtf']:.3f} | | | | {ref['wer_truth'] * scale:.3f} | |",
     ]
     for name, v in manifest["variants"].items():
         mark = " (default)" if name == manifest["default_variant"] else ""
@@ -20,6 +24,6 @@ def variant_table(manifest: dict[str, Any]) -> str:
             continue
         lines.append(
             f"| {name}{mark} | {v['size_bytes'] / 1e6:.1f} | {v['load_s']:.2f} | {v['rtf']:.3f} | "
-            f"{v['trimmed']['rtf']:.3f} | {v['max_logit_diff']:.2g} | {v['wer']:.1f} | "
-            f"{v['wer_truth']:.1f} | {v['wer_drift']:+.1f} |")
+            f"{v['trimmed']['rtf']:.3f} | {v['max_logit_diff']:.2g} | {v['wer'] * scale:.3f} | "
+            f"{v['wer_truth'] * scale:.3f} | {v['wer_drift'] * scale:+.3f} |")
     return "\n".join(lines)

@@ -31,13 +31,13 @@ import numpy as np
 
 from edge_agent.asr.listener import Listener, Transcriber
 from edge_agent.asr.manifest import load_manifest
-from edge_agent.asr.wer import wer
 from edge_agent.asr.whisper import Padding, WhisperOnnx, resolve_export_dir
 from edge_agent.audio.frames import Samples
 from edge_agent.bench.clips import COMMANDS, ENGINES, Clip, clips_dir, make_clips
 from edge_agent.bench.report import emit, machine, median, percentile
 from edge_agent.commands.context import Context
 from edge_agent.errors import ModelError, UsageError
+from edge_agent.text.wer import wer
 from edge_agent.vad import SILERO_MODEL, Segmenter, SileroClassifier, WebRtcClassifier
 from edge_agent.vad.classifiers import FrameClassifier
 

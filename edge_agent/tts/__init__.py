@@ -1,1 +1,1 @@
-"""Text-to-speech: normalisation, sentence splitting, ONNX voices and the voice registry."""
+"""Text-to-speech: sentence splitting, ONNX voices and the voice registry (normalisation: `text/`)."""

@@ -21,7 +21,7 @@ from edge_agent.audio.frames import Samples
 from edge_agent.errors import ModelError
 from edge_agent.providers import CPU, Accelerator, Profile
 from edge_agent.runtime import make_session
-from edge_agent.tts.normalize import normalize
+from edge_agent.text.normalize import normalize
 from edge_agent.tts.phonemes import espeak_phonemes
 from edge_agent.tts.sentences import split_sentences
 

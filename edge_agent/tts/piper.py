@@ -19,7 +19,7 @@ from edge_agent.audio.frames import Samples
 from edge_agent.errors import ModelError
 from edge_agent.providers import CPU, Accelerator, Profile
 from edge_agent.runtime import load_weights, make_session
-from edge_agent.tts.normalize import normalize
+from edge_agent.text.normalize import normalize
 from edge_agent.tts.phonemes import espeak_phonemes
 from edge_agent.tts.pool import PriorityPool
 from edge_agent.tts.sentences import split_sentences

@@ -29,11 +29,12 @@ import numpy as np
 from edge_agent.errors import ModelError, UsageError
 from edge_agent.models import ModelStore
 from edge_agent.models.store import sha256_file
+from edge_agent.text.wer import UNIT as WER_UNIT
+from edge_agent.text.wer import wer
 from exporters.clips import Clip
 from exporters.manifest import MANIFEST, file_entry, io_signature, read_manifest, write_json_atomic
 from exporters.progress import Progress
 from exporters.quantize import Feed, Mode, quantize
-from exporters.wer import wer
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +52,11 @@ MODES: dict[str, dict[str, Mode]] = {
     "int4": {"encoder": "int8-matmul", "decoder": "int4-block"},
 }
 """Quantization mode of each part, per derived variant."""
-MAX_WER_DRIFT = 1.0
+MAX_WER_DRIFT = 0.01
 """A variant may be the default only if its WER against the clips' known text is at most this
-many points above PyTorch's (`wer_drift`)."""
+much above PyTorch's (`wer_drift`; a fraction like every WER here: 0.01 is one percentage point)."""
+WER_DIGITS = 4
+"""WERs are recorded rounded to this many decimals (0.0001: a hundredth of a point)."""
 PARITY_MAX_TOKENS = 48
 """Tokens per parity run: enough to cover a sentence, bounded when unpadded input makes Whisper loop."""
 
@@ -120,7 +123,7 @@ class ExportOptions:
     """onnxruntime intra-op threads while measuring."""
     trim_pad_s: float = 4.0
     """Silence after each clip when measuring the unpadded ("trimmed") encoder input."""
-    max_source_wer: float | None = 25.0
+    max_source_wer: float | None = 0.25
     """Refuse to export when PyTorch's WER on the clips against their text is above this; None skips."""
     max_tokens: int | None = None
     """Cap on decoded tokens per clip (default: Whisper's n_text_ctx // 2)."""
@@ -202,12 +205,12 @@ def _reference_pass(source: Source, ref: Any, clips: list[Clip], options: Export
     ref_wer_truth = wer(truths, ref_texts)
     for clip, text in zip(clips, ref_texts, strict=True):
         progress(f"  {clip.name:<9} {text}")
-    progress(f"PyTorch: WER {ref_wer_truth:.1f}% against the known text")
+    progress(f"PyTorch: WER {ref_wer_truth:.3f} against the known text")
     if options.max_source_wer is not None and ref_wer_truth > options.max_source_wer:
         worst = max(range(len(clips)), key=lambda i: wer([truths[i]], [ref_texts[i]]))
         raise ModelError(
-            f"{source.ref}: the PyTorch model does not transcribe the test clips (WER {ref_wer_truth:.0f}% > "
-            f"{options.max_source_wer:.0f}%; {clips[worst].name!r} came out as {ref_texts[worst]!r}); "
+            f"{source.ref}: the PyTorch model does not transcribe the test clips (WER {ref_wer_truth:.3f} > "
+            f"{options.max_source_wer:.3f}; {clips[worst].name!r} came out as {ref_texts[worst]!r}); "
             "refusing to export")
     pad = int(options.trim_pad_s * ref_mod.SAMPLE_RATE)
     trimmed = [ref_mod.log_mel(c.audio, n_mels, ref_mod.frames_for(len(c.audio) + pad)) for c in clips]
@@ -239,13 +242,13 @@ def _export_into(stage: Path, source: Source, model: Any, ref: Any, ctx: _Contex
     for name, variant in variants.items():
         if name in timings:
             variant.update(timings[name])
-            variant["wer_drift"] = round(variant["wer_truth"] - pytorch["wer_truth"], 2)
+            variant["wer_drift"] = round(variant["wer_truth"] - pytorch["wer_truth"], WER_DIGITS)
         _report(progress, name, variant)
     if "fp32" not in options.variants:
         for f in variants.pop("fp32")["files"].values():
             (stage / f).unlink()
     default = pick_default(variants)
-    progress(f"default variant: {default} (fastest with WER drift <= +{MAX_WER_DRIFT} point)")
+    progress(f"default variant: {default} (fastest with WER drift <= +{MAX_WER_DRIFT})")
     return _manifest(stage, source, ref, ctx, options=options, signature=signature, variants=variants,
                      default=default, pytorch=pytorch, tokenizer_origin=tokenizer_origin)
 
@@ -304,6 +307,7 @@ def _manifest(stage: Path, source: Source, ref: Any, ctx: _Context, *, options: 
         "models": signature,
         "variants": variants,
         "default_variant": default,
+        "wer_unit": WER_UNIT,
         "default_rule": f"lowest rtf among variants with wer_drift <= {MAX_WER_DRIFT}",
         "reference": {
             "runtime": f"PyTorch {torch.__version__} (openai-whisper)", "threads": options.threads,
@@ -341,7 +345,7 @@ def pick_default(variants: dict[str, dict[str, Any]]) -> str:
     usable = {n: v for n, v in variants.items() if "error" not in v and v["wer_drift"] <= MAX_WER_DRIFT}
     if not usable:
         raise ModelError("no variant transcribes the test clips within "
-                         f"{MAX_WER_DRIFT} point of PyTorch: see the measurements above")
+                         f"+{MAX_WER_DRIFT} WER of PyTorch: see the measurements above")
     return min(usable, key=lambda n: usable[n]["rtf"])
 
 
@@ -497,8 +501,8 @@ def _time_side_by_side(runners: dict[str, Any], ref: Any, ctx: _Context,
                     texts[name][i] = ref.text(tokens)
         for name in contenders:
             measured = {"rtf": round(sum(best[name]) / audio_s, 4),
-                        "wer": round(wer(ctx.ref_texts, texts[name]), 2),
-                        "wer_truth": round(wer(truths, texts[name]), 2),
+                        "wer": round(wer(ctx.ref_texts, texts[name]), WER_DIGITS),
+                        "wer_truth": round(wer(truths, texts[name]), WER_DIGITS),
                         "transcripts": texts[name]}
             if label:
                 result[name][label] = measured
@@ -521,8 +525,8 @@ def _report(progress: Progress, name: str, v: dict[str, Any]) -> None:
         progress(f"  {name}: FAILED: {v['error']}")
         return
     progress(f"  {name}: {v['size_bytes'] / 1e6:.1f} MB, load {v['load_s']:.2f} s, RTF {v['rtf']:.3f}, "
-             f"max logit diff {v['max_logit_diff']:.2e}, WER vs PyTorch {v['wer']:.1f}%, "
-             f"vs text {v['wer_truth']:.1f}% (drift {v['wer_drift']:+.1f})")
+             f"max logit diff {v['max_logit_diff']:.2e}, WER vs PyTorch {v['wer']:.3f}, "
+             f"vs text {v['wer_truth']:.3f} (drift {v['wer_drift']:+.3f})")
 
 
 def _one_line(exc: BaseException) -> str:

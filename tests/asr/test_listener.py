@@ -8,9 +8,9 @@ import pytest
 from speech_fixtures import RATE, silence
 
 from edge_agent.asr.listener import Listener, Transcriber
-from edge_agent.asr.wer import wer
 from edge_agent.config import AsrSettings, VadSettings
 from edge_agent.errors import AudioError
+from edge_agent.text.wer import wer
 from edge_agent.vad import Segmenter, SileroClassifier, WebRtcClassifier
 
 

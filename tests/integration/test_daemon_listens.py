@@ -3,7 +3,7 @@
 import numpy as np
 from speech_fixtures import silence, write_wav
 
-from edge_agent.asr.wer import wer
+from edge_agent.text.wer import wer
 from tests.mqtt_support import DaemonProcess, Watcher
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from speech_fixtures import RATE, noise, run_cli, silence, write_wav
 
-from edge_agent.asr.wer import wer
 from edge_agent.audio.resample import resample
+from edge_agent.text.wer import wer
 
 pytestmark = pytest.mark.slow
 

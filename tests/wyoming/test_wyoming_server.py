@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from edge_agent.asr.wer import wer
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
@@ -23,6 +22,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 
 from edge_agent.audio.resample import resample
 from edge_agent.audio.wav import from_pcm16, to_pcm16
+from edge_agent.text.wer import wer
 from tests.wyoming.wyoming_support import ServerThread, make_server
 
 TIMEOUT = 60.0

@@ -13,6 +13,7 @@ from exporters.clips import Clip
 from exporters.progress import Progress
 from exporters.verify import verify_dir
 from exporters.whisper import reference as ref_mod
+from exporters.whisper.pipeline import MAX_WER_DRIFT, WER_DIGITS
 from exporters.whisper.runner import DecodeConfig, OnnxWhisper
 from exporters.whisper.tokenizer_json import build_tokenizer_json
 
@@ -86,15 +87,17 @@ def test_fp32_export_transcribes_exactly_like_pytorch(manifest: dict):
 
 
 def test_default_variant_is_the_fastest_within_one_wer_point(manifest: dict):
+    assert manifest["wer_unit"] == "fraction" and MAX_WER_DRIFT == 0.01
     pytorch = manifest["reference"]["wer_truth"]
     for v in manifest["variants"].values():
         assert v["wer_drift"] == pytorch_drift(v, pytorch)
-    ok = {n: v for n, v in manifest["variants"].items() if "error" not in v and v["wer_drift"] <= 1.0}
+    ok = {n: v for n, v in manifest["variants"].items()
+          if "error" not in v and v["wer_drift"] <= MAX_WER_DRIFT}
     assert manifest["default_variant"] == min(ok, key=lambda n: ok[n]["rtf"])
 
 
 def pytorch_drift(variant: dict, pytorch: float) -> float:
-    return round(variant["wer_truth"] - pytorch, 2)
+    return round(variant["wer_truth"] - pytorch, WER_DIGITS)
 
 
 def test_exported_decoder_decodes_a_short_unpadded_clip(tiny_en_export: Path, manifest: dict,

@@ -2,8 +2,8 @@ import re
 
 import pytest
 
-from edge_agent.tts.normalize import normalize
-from edge_agent.tts.numbers import cardinal, decimal, ordinal, year
+from edge_agent.text.normalize import normalize
+from edge_agent.text.numbers import cardinal, decimal, ordinal, year
 
 CASES = [
     ("It is 7:30 pm.", "It is seven thirty p m."),

@@ -12,7 +12,7 @@ import re
 import unicodedata
 from collections.abc import Callable
 
-from edge_agent.tts.numbers import cardinal, decimal, digits, ordinal, year
+from edge_agent.text.numbers import cardinal, decimal, digits, ordinal, year
 
 _MONTHS = (
     "January February March April May June July August September October November December"
