@@ -12,10 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import struct
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -24,15 +22,13 @@ import numpy as np
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.resample import StreamResampler
 from edge_agent.audio.sinks import AudioUnavailable, import_sounddevice
-from edge_agent.audio.wav import decode_pcm
+from edge_agent.audio.wav import check_format, decode, open_wav
 from edge_agent.errors import AudioError
 
 log = logging.getLogger(__name__)
 
 TARGET_RATE = 16000
 """Hertz of every block a source yields."""
-MIN_RATE = 4000
-MAX_RATE = 384000
 _EMPTY = np.zeros(0, dtype=np.float32)
 
 
@@ -51,16 +47,6 @@ class AudioSource(Protocol):
     def close(self) -> None:
         """Stop reading and release the input; `blocks` then ends."""
         ...
-
-
-def check_format(rate: int, channels: int, width: int, name: str) -> None:
-    """Reject formats that cannot be audio we can read."""
-    if not MIN_RATE <= rate <= MAX_RATE:
-        raise AudioError(f"{name}: sample rate {rate} Hz is outside {MIN_RATE}..{MAX_RATE} Hz")
-    if not 1 <= channels <= 32:
-        raise AudioError(f"{name}: {channels} channels is not a plausible channel count")
-    if width not in (1, 2, 3, 4):
-        raise AudioError(f"{name}: unsupported sample width of {width} bytes")
 
 
 class PcmConverter:
@@ -82,11 +68,7 @@ class PcmConverter:
         if not usable:
             return _EMPTY
         self.frames_in += usable // frame
-        if self.encoding == "float":
-            samples = np.frombuffer(data[:usable], dtype="<f4" if self.width == 4 else "<f8")
-            mono = samples.reshape(-1, self.channels).mean(axis=1, dtype=np.float64).astype(np.float32)
-        else:
-            mono = decode_pcm(data[:usable], self.width, self.channels, self._name)
+        mono = decode(data[:usable], self.encoding, self.width, self.channels, self._name)
         return self._resampler.push(mono)
 
     def finish(self) -> Samples:
@@ -98,70 +80,6 @@ class PcmConverter:
         return len(self._carry)
 
 
-@dataclass(frozen=True)
-class WavHeader:
-    """Where a WAV file's samples are and how they are stored."""
-
-    encoding: str
-    """`pcm` (integer) or `float`."""
-    channels: int
-    rate: int
-    width: int
-    """Bytes per sample."""
-    data_offset: int
-    data_bytes: int
-
-
-_PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
-
-
-def read_wav_header(fh: BinaryIO, name: str, file_size: int) -> WavHeader:
-    """Walk the RIFF chunks up to `data`: PCM, IEEE float and WAVE_FORMAT_EXTENSIBLE files."""
-    riff = fh.read(12)
-    if len(riff) < 12:
-        reason = "empty file" if file_size == 0 else "too short for a WAV header"
-        raise AudioError(f"{name}: not a PCM WAV file ({reason})")
-    if riff[:4] != b"RIFF" or riff[8:12] != b"WAVE":
-        raise AudioError(f"{name}: not a PCM WAV file (no RIFF/WAVE header)")
-    fmt: tuple[int, int, int, int] | None = None
-    while True:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise AudioError(f"{name}: not a PCM WAV file (no data chunk)")
-        chunk, size = head[:4], struct.unpack("<I", head[4:])[0]
-        if chunk == b"fmt ":
-            body = fh.read(size + (size & 1))
-            if size < 16 or len(body) < 16:
-                raise AudioError(f"{name}: not a PCM WAV file (short fmt chunk)")
-            tag, channels, rate, _, _, bits = struct.unpack("<HHIIHH", body[:16])
-            if tag == _EXTENSIBLE and size >= 40:
-                tag = struct.unpack("<H", body[24:26])[0]  # the sub-format GUID starts with the tag
-            fmt = (tag, channels, rate, bits)
-        elif chunk == b"data":
-            if fmt is None:
-                raise AudioError(f"{name}: not a PCM WAV file (data before fmt)")
-            offset = fh.tell()
-            if size in (0, 0xFFFFFFFF) and file_size > offset:  # written while streaming: size unknown
-                size = file_size - offset
-            return _header(fmt, offset, size, name)
-        else:
-            fh.seek(size + (size & 1), os.SEEK_CUR)
-
-
-def _header(fmt: tuple[int, int, int, int], offset: int, size: int, name: str) -> WavHeader:
-    tag, channels, rate, bits = fmt
-    if tag not in (_PCM, _FLOAT):
-        raise AudioError(f"{name}: not a PCM WAV file (format tag {tag:#x}; compressed audio is not read)")
-    if bits % 8:
-        raise AudioError(f"{name}: unsupported sample size of {bits} bits")
-    encoding = "float" if tag == _FLOAT else "pcm"
-    if encoding == "float" and bits not in (32, 64):
-        raise AudioError(f"{name}: unsupported float sample size of {bits} bits")
-    width = bits // 8
-    check_format(rate, channels, width if encoding == "pcm" else 2, name)
-    return WavHeader(encoding, channels, rate, width, offset, size)
-
-
 class WavFileSource:
     """A WAV file (8/16/24/32-bit integer or 32/64-bit float, any rate and channel count), in blocks."""
 
@@ -170,37 +88,17 @@ class WavFileSource:
 
     def __init__(self, path: Path, block_s: float = 0.5) -> None:
         self.path = path
-        name = str(path)
-        try:
-            size = path.stat().st_size
-            self._fh = path.open("rb")
-        except FileNotFoundError:
-            raise AudioError(f"{path}: no such file") from None
-        except IsADirectoryError:
-            raise AudioError(f"{path}: is a directory") from None
-        except OSError as exc:
-            raise AudioError(f"{path}: cannot read: {exc.strerror}") from None
-        try:
-            header = read_wav_header(self._fh, name, size)
-            frame = header.channels * header.width
-            self.frames = header.data_bytes // frame
-            if header.data_offset + header.data_bytes > size:
-                have = max(0, size - header.data_offset)
-                raise AudioError(f"{path}: truncated (the header promises {header.data_bytes} bytes of "
-                                 f"audio, the file has {have})")
-            if self.frames == 0:
-                raise AudioError(f"{path}: contains no audio")
-        except OSError as exc:
+        self._fh, header = open_wav(path)
+        self.frames = header.frames
+        if self.frames == 0:
             self._fh.close()
-            raise AudioError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        except AudioError:
-            self._fh.close()
-            raise
+            raise AudioError(f"{path}: contains no audio")
+        frame = header.channels * header.width
         self.header = header
         self.rate, self.channels = header.rate, header.channels
         self.duration_s = self.frames / self.rate
         self._block_bytes = max(1, round(block_s * self.rate)) * frame
-        self._convert = PcmConverter(self.rate, self.channels, header.width, name, header.encoding)
+        self._convert = PcmConverter(self.rate, self.channels, header.width, str(path), header.encoding)
         self._closed = False
 
     def blocks(self) -> Iterator[Samples]:

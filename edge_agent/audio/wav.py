@@ -1,17 +1,27 @@
-"""WAV files: 16-bit PCM in and out, written atomically."""
+"""WAV files: written atomically as 16-bit PCM; read (whole or in blocks) from any PCM or float WAV.
+
+One reader serves every caller: `open_wav` walks the RIFF chunks and checks the header before a
+sample is read, `read_wav` decodes a whole file, and `audio.sources.WavFileSource` streams one
+block by block through the same header and the same `decode`.
+"""
 
 from __future__ import annotations
 
 import os
+import struct
 import tempfile
 import wave
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from edge_agent.audio.frames import Samples
 from edge_agent.errors import AudioError
+
+MIN_RATE = 4000
+MAX_RATE = 384000
 
 
 def to_pcm16(samples: Samples) -> bytes:
@@ -67,6 +77,114 @@ class WavWriter:
             self._tmp.unlink(missing_ok=True)
 
 
+def check_format(rate: int, channels: int, width: int, name: str) -> None:
+    """Reject formats that cannot be audio we can read."""
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise AudioError(f"{name}: sample rate {rate} Hz is outside {MIN_RATE}..{MAX_RATE} Hz")
+    if not 1 <= channels <= 32:
+        raise AudioError(f"{name}: {channels} channels is not a plausible channel count")
+    if width not in (1, 2, 3, 4):
+        raise AudioError(f"{name}: unsupported sample width of {width} bytes")
+
+
+@dataclass(frozen=True)
+class WavHeader:
+    """Where a WAV file's samples are and how they are stored."""
+
+    encoding: str
+    """`pcm` (integer) or `float`."""
+    channels: int
+    rate: int
+    width: int
+    """Bytes per sample."""
+    data_offset: int
+    data_bytes: int
+
+    @property
+    def frames(self) -> int:
+        return self.data_bytes // (self.channels * self.width)
+
+
+_PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
+
+
+def read_wav_header(fh: BinaryIO, name: str, file_size: int) -> WavHeader:
+    """Walk the RIFF chunks up to `data`: PCM, IEEE float and WAVE_FORMAT_EXTENSIBLE files."""
+    riff = fh.read(12)
+    if len(riff) < 12:
+        reason = "empty file" if file_size == 0 else "too short for a WAV header"
+        raise AudioError(f"{name}: not a PCM WAV file ({reason})")
+    if riff[:4] != b"RIFF" or riff[8:12] != b"WAVE":
+        raise AudioError(f"{name}: not a PCM WAV file (no RIFF/WAVE header)")
+    fmt: tuple[int, int, int, int] | None = None
+    while True:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise AudioError(f"{name}: not a PCM WAV file (no data chunk)")
+        chunk, size = head[:4], struct.unpack("<I", head[4:])[0]
+        if chunk == b"fmt ":
+            body = fh.read(size + (size & 1))
+            if size < 16 or len(body) < 16:
+                raise AudioError(f"{name}: not a PCM WAV file (short fmt chunk)")
+            tag, channels, rate, _, _, bits = struct.unpack("<HHIIHH", body[:16])
+            if tag == _EXTENSIBLE and size >= 40:
+                tag = struct.unpack("<H", body[24:26])[0]  # the sub-format GUID starts with the tag
+            fmt = (tag, channels, rate, bits)
+        elif chunk == b"data":
+            if fmt is None:
+                raise AudioError(f"{name}: not a PCM WAV file (data before fmt)")
+            offset = fh.tell()
+            if size in (0, 0xFFFFFFFF) and file_size > offset:  # written while streaming: size unknown
+                size = file_size - offset
+            return _header(fmt, offset, size, name)
+        else:
+            fh.seek(size + (size & 1), os.SEEK_CUR)
+
+
+def _header(fmt: tuple[int, int, int, int], offset: int, size: int, name: str) -> WavHeader:
+    tag, channels, rate, bits = fmt
+    if tag not in (_PCM, _FLOAT):
+        raise AudioError(f"{name}: not a PCM WAV file (format tag {tag:#x}; compressed audio is not read)")
+    if bits % 8:
+        raise AudioError(f"{name}: unsupported sample size of {bits} bits")
+    encoding = "float" if tag == _FLOAT else "pcm"
+    if encoding == "float" and bits not in (32, 64):
+        raise AudioError(f"{name}: unsupported float sample size of {bits} bits")
+    width = bits // 8
+    check_format(rate, channels, width if encoding == "pcm" else 2, name)
+    return WavHeader(encoding, channels, rate, width, offset, size)
+
+
+def open_wav(path: Path) -> tuple[BinaryIO, WavHeader]:
+    """`path` opened and positioned at its first sample, with its checked header.
+
+    Every problem the header already shows (not a WAV, implausible format, fewer bytes than
+    it promises) is an `AudioError` naming the file, raised before any sample is read.
+    """
+    try:
+        size = path.stat().st_size
+        fh = path.open("rb")
+    except FileNotFoundError:
+        raise AudioError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise AudioError(f"{path}: is a directory") from None
+    except OSError as exc:
+        raise AudioError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        header = read_wav_header(fh, str(path), size)
+        if header.data_offset + header.data_bytes > size:
+            have = max(0, size - header.data_offset)
+            raise AudioError(f"{path}: truncated (the header promises {header.data_bytes} bytes of "
+                             f"audio, the file has {have})")
+    except OSError as exc:
+        fh.close()
+        raise AudioError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except AudioError:
+        fh.close()
+        raise
+    return fh, header
+
+
 @dataclass(frozen=True)
 class WavAudio:
     """A decoded WAV file, mixed down to mono float32."""
@@ -77,30 +195,31 @@ class WavAudio:
 
 
 def read_wav(path: Path) -> WavAudio:
-    """Read a PCM WAV (8/16/24/32-bit integer), mixing channels down to mono."""
-    try:
-        with wave.open(str(path), "rb") as wav:
-            channels, width, rate = wav.getnchannels(), wav.getsampwidth(), wav.getframerate()
-            frames = wav.getnframes()
-            data = wav.readframes(frames)
-    except FileNotFoundError:
-        raise AudioError(f"{path}: no such file") from None
-    except (wave.Error, EOFError) as exc:
-        raise AudioError(f"{path}: not a PCM WAV file ({exc or 'truncated'})") from None
-    except OSError as exc:
-        raise AudioError(f"{path}: cannot read: {exc.strerror}") from None
-    if channels < 1 or rate < 1000:
-        raise AudioError(f"{path}: implausible WAV header ({channels} channels, {rate} Hz)")
-    expected = frames * channels * width
-    if len(data) < expected:
-        raise AudioError(f"{path}: truncated ({len(data)} of {expected} bytes of audio)")
-    samples = _decode(data, width, path)
+    """Read a whole WAV (8/16/24/32-bit integer or 32/64-bit float), mixing channels down to mono."""
+    fh, header = open_wav(path)
+    with fh:
+        try:
+            data = fh.read(header.frames * header.channels * header.width)
+        except OSError as exc:
+            raise AudioError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    samples = decode(data, header.encoding, header.width, header.channels, path)
+    return WavAudio(samples, header.rate, header.channels)
+
+
+def decode(data: bytes, encoding: str, width: int, channels: int, source: Path) -> Samples:
+    """Interleaved frames (`pcm`: 1-4 byte integers; `float`: 4 or 8 bytes) to mono float32."""
+    if encoding == "float":
+        usable = len(data) - len(data) % (width * channels)
+        frames = np.frombuffer(data[:usable], dtype="<f4" if width == 4 else "<f8").reshape(-1, channels)
+        mono: Samples = frames.mean(axis=1, dtype=np.float64).astype(np.float32)
+        return mono
+    samples = _decode_pcm(data, width, source)
     if channels > 1:
         samples = samples[: len(samples) - len(samples) % channels].reshape(-1, channels).mean(axis=1)
-    return WavAudio(samples.astype(np.float32, copy=False), rate, channels)
+    return samples.astype(np.float32, copy=False)
 
 
-def _decode(data: bytes, width: int, path: Path) -> Samples:
+def _decode_pcm(data: bytes, width: int, path: Path) -> Samples:
     if width == 1:
         return (np.frombuffer(data, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
     if width == 2:
@@ -114,11 +233,3 @@ def _decode(data: bytes, width: int, path: Path) -> Samples:
     if width == 4:
         return np.frombuffer(data[: len(data) - len(data) % 4], dtype="<i4").astype(np.float32) / 2.0**31
     raise AudioError(f"{path}: unsupported sample width of {width} bytes")
-
-
-def decode_pcm(data: bytes, width: int, channels: int, source: Path) -> Samples:
-    """Interleaved integer PCM frames (1-4 bytes per sample) to mono float32."""
-    samples = _decode(data, width, source)
-    if channels > 1:
-        samples = samples[: len(samples) - len(samples) % channels].reshape(-1, channels).mean(axis=1)
-    return samples.astype(np.float32, copy=False)

@@ -15,8 +15,8 @@ from wyoming.audio import AudioChunk, AudioStart
 from wyoming.event import Event
 
 from edge_agent.audio.frames import Samples
-from edge_agent.audio.sources import TARGET_RATE, PcmConverter, check_format
-from edge_agent.audio.wav import to_pcm16
+from edge_agent.audio.sources import TARGET_RATE, PcmConverter
+from edge_agent.audio.wav import check_format, to_pcm16
 from edge_agent.errors import AudioError, EdgeError
 
 WIDTH = 2

@@ -69,3 +69,28 @@ def test_non_wav_is_a_clear_error(tmp_path, content):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(AudioError, match="no such file"):
         read_wav(tmp_path / "absent.wav")
+
+
+def float_wav(path, frames: np.ndarray, rate=16000):
+    """IEEE float32 WAV (format tag 3), which the `wave` module cannot read."""
+    import struct
+
+    channels = frames.shape[1]
+    data = frames.astype("<f4").tobytes()
+    fmt = struct.pack("<HHIIHH", 3, channels, rate, rate * channels * 4, channels * 4, 32)
+    body = (b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
+            + b"data" + struct.pack("<I", len(data)) + data)
+    path.write_bytes(b"RIFF" + struct.pack("<I", len(body)) + body)
+    return path
+
+
+def test_whole_file_and_block_reader_decode_the_same_float_stereo_file(tmp_path):
+    from edge_agent.audio.sources import WavFileSource
+
+    left = (0.5 * np.sin(np.arange(4000) / 7)).astype(np.float32)
+    path = float_wav(tmp_path / "f.wav", np.stack([left, -0.5 * left], axis=1))
+    audio = read_wav(path)
+    assert (audio.sample_rate, audio.channels) == (16000, 2)
+    np.testing.assert_allclose(audio.samples, 0.25 * left, atol=1e-6)
+    streamed = np.concatenate(list(WavFileSource(path, block_s=0.05).blocks()))
+    np.testing.assert_array_equal(streamed, audio.samples)
