@@ -20,8 +20,8 @@ SPACE_TOKEN = "\u0120"
 
 
 @lru_cache(maxsize=1)
-def byte_decoder() -> dict[str, int]:
-    """GPT-2's printable stand-in character for each byte, inverted."""
+def byte_encoder() -> dict[int, str]:
+    """GPT-2's reversible map from each byte to a printable stand-in character."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
                  *range(ord("®"), ord("ÿ") + 1)]
     chars = {b: chr(b) for b in printable}
@@ -30,7 +30,13 @@ def byte_decoder() -> dict[str, int]:
         if b not in chars:
             chars[b] = chr(256 + extra)
             extra += 1
-    return {c: b for b, c in chars.items()}
+    return chars
+
+
+@lru_cache(maxsize=1)
+def byte_decoder() -> dict[str, int]:
+    """`byte_encoder` inverted: stand-in character -> byte."""
+    return {c: b for b, c in byte_encoder().items()}
 
 
 class Tokenizer:

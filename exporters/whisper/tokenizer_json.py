@@ -9,32 +9,18 @@ runtime reads both the same way.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from whisper.model import Whisper
 
+from edge_agent.asr.tokenizer import byte_encoder
 from edge_agent.errors import ModelError
 from exporters.whisper.reference import Specials, tokenizer_for
 
 
-@lru_cache(maxsize=1)
-def byte_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible map from bytes to printable characters."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
-    mapping = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in mapping:
-            mapping[b] = chr(256 + extra)
-            extra += 1
-    return mapping
-
-
 def _text(token: bytes) -> str:
-    table = byte_to_unicode()
+    table = byte_encoder()
     return "".join(table[b] for b in token)
 
 
