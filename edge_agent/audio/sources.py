@@ -13,7 +13,7 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -80,6 +80,27 @@ class PcmConverter:
         return len(self._carry)
 
 
+def _converted(read: Callable[[], bytes], convert: PcmConverter, closed: Callable[[], bool],
+               name: str) -> Iterator[Samples]:
+    """Read, convert and yield until `read` returns nothing or the source is closed.
+
+    A read that fails because `close()` pulled the input away ends the stream quietly;
+    any other failure is an `AudioError` naming the input.
+    """
+    while not closed():
+        try:
+            data = read()
+        except (OSError, ValueError) as exc:
+            if closed():
+                return
+            raise AudioError(f"{name}: read failed ({exc})") from None
+        if not data:
+            break
+        out = convert.push(data)
+        if out.size:
+            yield out
+
+
 class WavFileSource:
     """A WAV file (8/16/24/32-bit integer or 32/64-bit float, any rate and channel count), in blocks."""
 
@@ -103,19 +124,14 @@ class WavFileSource:
 
     def blocks(self) -> Iterator[Samples]:
         left = self.frames * self.header.channels * self.header.width
-        while not self._closed and left > 0:
-            try:
-                data = self._fh.read(min(self._block_bytes, left))
-            except (OSError, ValueError) as exc:
-                if self._closed:
-                    return
-                raise AudioError(f"{self.path}: read failed ({exc})") from None
-            if not data:
-                break
+
+        def read() -> bytes:
+            nonlocal left
+            data = self._fh.read(min(self._block_bytes, left)) if left > 0 else b""
             left -= len(data)
-            out = self._convert.push(data)
-            if out.size:
-                yield out
+            return data
+
+        yield from _converted(read, self._convert, lambda: self._closed, str(self.path))
         if self._closed:
             return
         if left > 0:
@@ -147,18 +163,7 @@ class PcmStreamSource:
 
     def blocks(self) -> Iterator[Samples]:
         read = getattr(self._stream, "read1", self._stream.read)
-        while not self._closed:
-            try:
-                data = read(self._block_bytes)
-            except (OSError, ValueError) as exc:
-                if self._closed:
-                    return
-                raise AudioError(f"{self.name}: read failed ({exc})") from None
-            if not data:
-                break
-            out = self._convert.push(data)
-            if out.size:
-                yield out
+        yield from _converted(lambda: read(self._block_bytes), self._convert, lambda: self._closed, self.name)
         if self._closed:
             return
         if self._convert.frames_in == 0:
