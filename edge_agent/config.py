@@ -569,15 +569,22 @@ class ServerSettings:
     queue_bound: int = 32
     """Open streams the server accepts before answering BUSY."""
     max_connections: int = 256
-    """Connections beyond this are answered BUSY and closed."""
+    """Authenticated connections beyond this are answered BUSY and closed."""
+    max_handshakes: int = 32
+    """Connections still in their handshake at once (not counted in `max_connections`); a new
+    one beyond this closes the oldest, so clients that never finish cannot lock others out."""
     max_streams_per_connection: int = 8
     max_text_chars: int = 5000
+    max_sentence_chars: int = 300
+    """Longest sentence of a request (the device splits at the same length): synthesis cost
+    and memory grow with a sentence's length, not with the request's."""
     max_frame_bytes: int = 65536
     """Largest frame payload accepted from a client."""
     chunk_ms: int = 500
     """Audio per AUDIO frame."""
     opus_bitrate: int = 24000
     handshake_timeout_s: float = 5.0
+    """The whole handshake (HELLO to AUTH), from accept, whatever the reads in between."""
     idle_timeout_s: float = 60.0
     """Connections with no frame (clients ping) for this long are closed."""
     frame_timeout_s: float = 10.0
@@ -602,8 +609,8 @@ class ServerSettings:
             raise ValueError("tls_cert: tls_cert and tls_key go together")
         if not self.voices:
             raise ValueError("voices: at least one voice")
-        _positive(self, "workers", "threads", "queue_bound", "max_connections", "max_streams_per_connection",
-                  "max_text_chars", "chunk_ms", "opus_bitrate", "handshake_timeout_s",
+        _positive(self, "workers", "threads", "queue_bound", "max_connections", "max_handshakes",
+                  "max_streams_per_connection", "max_text_chars", "max_sentence_chars", "chunk_ms", "opus_bitrate", "handshake_timeout_s",
                   "idle_timeout_s", "frame_timeout_s", "write_timeout_s")
         if self.shutdown_grace_s < 0 or self.metrics_interval_s < 0:
             raise ValueError("shutdown_grace_s and metrics_interval_s must not be negative")

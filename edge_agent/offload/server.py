@@ -111,6 +111,10 @@ class SynthServer:
         self.scheduler = Scheduler(settings.workers, self.metrics)
         self._server: asyncio.Server | None = None
         self._sessions: set[_Session] = set()
+        """Every open connection's session."""
+        self._handshaking: dict[_Session, None] = {}
+        """Sessions still in their handshake, oldest first (a dict keeps insertion order)."""
+        self._authenticated = 0
         self._idle = asyncio.Event()
         self.draining = False
         self.address: tuple[str, int] = (settings.host, settings.port)
@@ -139,20 +143,40 @@ class SynthServer:
         s = self.settings
         conn = FramedConnection(reader, writer, max_payload=s.max_frame_bytes,
                                 frame_timeout=s.frame_timeout_s, write_timeout=s.write_timeout_s)
-        if len(self._sessions) >= s.max_connections:
-            self.metrics.count("rejected_connections")
-            log.warning("%s: refused, %d connections open", conn.peer, len(self._sessions))
-            await conn.close(Error(0, ErrorCode.BUSY, "too many connections"))
-            return
-        session = _Session(self, conn)
+        deadline = asyncio.get_running_loop().time() + s.handshake_timeout_s
+        session = _Session(self, conn, deadline)
+        if len(self._handshaking) >= s.max_handshakes:
+            # Unauthenticated connections have their own small budget; when it is full the
+            # oldest goes (it has had the longest to finish). An honest client needs one round
+            # trip, so a flood of half-open connections cannot keep it out.
+            oldest = next(iter(self._handshaking))
+            del self._handshaking[oldest]  # now: its task unwinds later
+            self.metrics.count("handshakes_evicted")
+            oldest.evict()
+        self._handshaking[session] = None
         self._sessions.add(session)
         self.metrics.open_connections += 1
         self.metrics.count("connections")
         try:
             await session.run()
         finally:
+            self._handshaking.pop(session, None)
             self._sessions.discard(session)
+            if session.authenticated:
+                self._authenticated -= 1
             self.metrics.open_connections -= 1
+
+    def admit(self, session: _Session) -> bool:
+        """A session proved its key: count it against `max_connections`; False if that is full."""
+        self._handshaking.pop(session, None)
+        if self._authenticated >= self.settings.max_connections:
+            self.metrics.count("rejected_connections")
+            log.warning("%s: refused, %d authenticated connections open", session.conn.peer,
+                        self._authenticated)
+            return False
+        self._authenticated += 1
+        session.authenticated = True
+        return True
 
     def stream_opened(self) -> None:
         self.metrics.open_streams += 1
@@ -194,9 +218,12 @@ class SynthServer:
 class _Session:
     """One client connection: handshake, then requests until it closes."""
 
-    def __init__(self, server: SynthServer, conn: FramedConnection) -> None:
+    def __init__(self, server: SynthServer, conn: FramedConnection, deadline: float) -> None:
         self.server = server
         self.conn = conn
+        self.deadline = deadline
+        """Loop time by which the handshake must be complete."""
+        self.authenticated = False
         self.settings = server.settings
         self.streams: dict[int, _Stream] = {}
         self.last_stream = 0
@@ -219,9 +246,14 @@ class _Session:
             self._cancel_all()
             await self.conn.close()
 
+    def evict(self) -> None:
+        """Close a connection still in its handshake to make room for a newer one."""
+        log.info("%s: handshake slot taken by a newer connection; closing", self.conn.peer)
+        self.conn.abort()
+
     async def _handshake(self) -> None:
-        timeout = self.settings.handshake_timeout_s
-        hello = await self.conn.read(timeout)
+        deadline = self.deadline  # one deadline for the whole handshake, not one per read
+        hello = await self.conn.read(deadline=deadline)
         if not isinstance(hello, Hello):
             raise UnexpectedMessage(f"expected HELLO, got {type(hello).__name__}")
         if hello.max_frame < MIN_PEER_FRAME:
@@ -234,12 +266,15 @@ class _Session:
         challenge = Challenge(auth.new_nonce(), codec_mask(self.server.codecs), self.settings.max_frame_bytes,
                               f"edge-agent serve {__version__}", noauth=psk is None)
         await self.conn.send(challenge)
-        proof = await self.conn.read(timeout)
+        proof = await self.conn.read(deadline=deadline)
         if not isinstance(proof, Auth):
             raise UnexpectedMessage(f"expected AUTH, got {type(proof).__name__}")
         transcript = (hello.payload(), challenge.payload())
         if psk is not None and not auth.verify(auth.client_proof(psk, *transcript), proof.mac):
             raise AuthenticationFailed("authentication failed: wrong pre-shared key")
+        if not self.server.admit(self):
+            await self.conn.close(Error(0, ErrorCode.BUSY, "too many connections"))
+            raise ConnectionClosed(f"{self.conn.peer}: refused, too many connections")
         mac = auth.server_proof(psk, *transcript) if psk is not None else bytes(MAC_SIZE)
         welcome = Welcome(mac, codec_mask(self.codecs), self.server.voice_infos, noauth=psk is None)
         await self.conn.send(welcome)
@@ -300,6 +335,13 @@ class _Session:
         if not 0 < text_chars <= s.max_text_chars or len(req.sentences) > 0xFFFF:
             return await self._refuse(req.stream, ErrorCode.BAD_REQUEST,
                                       f"text must have 1..{s.max_text_chars} characters")
+        longest = max(range(len(req.sentences)), key=lambda i: len(req.sentences[i]))
+        if len(req.sentences[longest]) > s.max_sentence_chars:
+            # What a sentence costs (memory above all) grows with its length, so the bound is
+            # per sentence; the device never sends longer ones (it splits at the same length).
+            return await self._refuse(req.stream, ErrorCode.BAD_REQUEST,
+                                      f"sentence {longest} has {len(req.sentences[longest])} characters, "
+                                      f"at most {s.max_sentence_chars} per sentence")
         native = opus_rate(voice.sample_rate) if req.codec is Codec.OPUS else voice.sample_rate
         rate = req.sample_rate or native
         if req.codec is Codec.OPUS and rate not in OPUS_RATES:

@@ -69,8 +69,12 @@ class FramedConnection:
     def closed(self) -> bool:
         return self._closed
 
-    async def read(self, idle_timeout: float | None = None) -> Message:
-        """The next message; `PeerStalled` when a deadline passes, `ConnectionClosed` at EOF."""
+    async def read(self, idle_timeout: float | None = None, *, deadline: float | None = None) -> Message:
+        """The next message; `PeerStalled` when a deadline passes, `ConnectionClosed` at EOF.
+
+        `deadline` (loop time) bounds the whole call, a frame in progress included: the
+        handshake's one deadline, which a peer trickling bytes cannot stretch.
+        """
         loop = asyncio.get_running_loop()
         while not self._pending:
             if self._decoder.mid_frame:
@@ -79,6 +83,9 @@ class FramedConnection:
             else:
                 timeout = idle_timeout
                 what = "between frames"
+            if deadline is not None and (timeout is None or deadline - loop.time() < timeout):
+                timeout = deadline - loop.time()
+                what = "before the deadline"
             try:
                 if timeout is not None and timeout <= 0:
                     raise TimeoutError
@@ -143,6 +150,10 @@ class FramedConnection:
         self._abort()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._writer.wait_closed(), 1.0)
+
+    def abort(self) -> None:
+        """Close now without a goodbye; a pending `read` ends with `ConnectionClosed`."""
+        self._abort()
 
     def _abort(self) -> None:
         self._closed = True

@@ -499,3 +499,108 @@ def test_connections_beyond_the_limit_are_answered_busy(serve):
 
     run(go())
     assert server.server.metrics.counters["rejected_connections"] == 1
+
+
+# -- abuse: half-open connections, trickled handshakes, one huge sentence -----------------------
+
+
+def half_open(port: int, count: int) -> list[socket.socket]:
+    """Connections that start a HELLO header and never finish it (a slowloris)."""
+    held = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(b"\xed\x53\x01")
+        held.append(sock)
+    return held
+
+
+def test_half_open_connections_cannot_lock_an_honest_client_out(serve):
+    server = serve(max_connections=4, max_handshakes=8, handshake_timeout_s=30)
+    held = half_open(server.port, 60)
+    try:
+        async def go():
+            for _ in range(3):  # each honest client is served, every time
+                conn = await connect(server)
+                try:
+                    _, msgs = await collect(conn, ("Hello there.",))
+                    assert isinstance(msgs[-1], m.End)
+                finally:
+                    await conn.close()
+
+        run(go())
+        counters = server.server.metrics.counters
+        assert counters["handshakes_evicted"] >= 60 - 8
+        assert counters["rejected_connections"] == 0  # half-open ones never took an authenticated slot
+        assert len(server.server._handshaking) <= 8
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_half_open_connections_do_not_count_against_max_connections(serve):
+    server = serve(max_connections=1, max_handshakes=4, handshake_timeout_s=30)
+    held = half_open(server.port, 3)
+    try:
+        async def go():
+            first = await connect(server)
+            try:
+                with pytest.raises(RemoteError, match="BUSY"):
+                    await connect(server)  # the one authenticated slot is taken
+            finally:
+                await first.close()
+
+        run(go())
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_handshake_trickled_mid_frame_ends_at_its_one_deadline(serve):
+    """The frame deadline (10 s here) must not stretch the handshake's (0.5 s)."""
+    server = serve(handshake_timeout_s=0.5, frame_timeout_s=10)
+    hello = m.encode(m.Hello(b"n" * 16, 1, 65536, "trickler"))
+    stop = time.monotonic() + 5
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        started = time.monotonic()
+        received = b""
+        sock.sendall(hello[:14])  # mid-frame
+        sock.settimeout(0.1)
+        for byte in hello[14:-1]:  # a byte every 0.1 s keeps every per-read deadline happy
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                sock.sendall(bytes([byte]))
+                continue
+            received += chunk
+            if not chunk or time.monotonic() > stop:
+                break
+        took = time.monotonic() - started
+    (error,) = errors_in(received)
+    assert error.code == ErrorCode.TIMEOUT and "deadline" in error.message
+    assert took < 3
+
+
+def test_a_sentence_over_the_limit_is_refused_before_it_costs_memory(serve_process):
+    """One 5000-character sentence used to grow the server by gigabytes (attention is quadratic)."""
+    proc = serve_process(PIPER)
+    port = proc.port
+
+    def rss_mb() -> float:
+        with open(f"/proc/{proc.proc.pid}/status") as fh:
+            return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS")) / 1024
+
+    async def go():
+        conn = await ClientConnection.open(Endpoint("tcp", "127.0.0.1", port), PSK, timeout=5)
+        try:
+            _, msgs = await collect(conn, (" ".join(f"word{i}" for i in range(900))[:5000],))
+            assert isinstance(msgs[-1], m.Error) and msgs[-1].code == ErrorCode.BAD_REQUEST
+            assert "5000 characters, at most 300 per sentence" in msgs[-1].message
+            _, msgs = await collect(conn, ("The same connection still works.",))
+            assert isinstance(msgs[-1], m.End)
+        finally:
+            await conn.close()
+
+    before = rss_mb()
+    run(go())
+    assert rss_mb() - before < 150
