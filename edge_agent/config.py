@@ -610,8 +610,9 @@ class ServerSettings:
         if not self.voices:
             raise ValueError("voices: at least one voice")
         _positive(self, "workers", "threads", "queue_bound", "max_connections", "max_handshakes",
-                  "max_streams_per_connection", "max_text_chars", "max_sentence_chars", "chunk_ms", "opus_bitrate", "handshake_timeout_s",
-                  "idle_timeout_s", "frame_timeout_s", "write_timeout_s")
+                  "max_streams_per_connection", "max_text_chars", "max_sentence_chars", "chunk_ms",
+                  "opus_bitrate", "handshake_timeout_s", "idle_timeout_s", "frame_timeout_s",
+                  "write_timeout_s")
         if self.shutdown_grace_s < 0 or self.metrics_interval_s < 0:
             raise ValueError("shutdown_grace_s and metrics_interval_s must not be negative")
         _frame_limit(self.max_frame_bytes)
