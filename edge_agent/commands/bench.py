@@ -12,6 +12,7 @@ SUBJECTS = {
     "asr": "edge_agent.bench.asr",
     "offload": "edge_agent.bench.offload",
     "mqtt": "edge_agent.bench.mqtt",
+    "fleet": "edge_agent.bench.fleet",
 }
 """Subject name -> module with `add_arguments(parser)` and `run(ctx, args) -> int`."""
 

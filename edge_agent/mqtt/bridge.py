@@ -59,6 +59,21 @@ _FLUSH_BEFORE_DROP_S = 1.0
 """Longest a connection dropped for a refused message stays up to send what is queued."""
 
 
+def reconnect_delay(settings: MqttSettings, streak: int, rng: random.Random | None = None) -> float:
+    """Delay before the next attempt after `streak` failed ones: exponential growth from
+    `reconnect_min_s` to `reconnect_max_s`, jitter in its upper half."""
+    cap = min(settings.reconnect_max_s, settings.reconnect_min_s * 2 ** min(max(streak, 1) - 1, 20))
+    return (rng or _RNG).uniform(cap / 2, cap)
+
+
+def first_reconnect_delay(settings: MqttSettings, rng: random.Random | None = None) -> float:
+    """Delay before the first attempt after a lost connection: anywhere in [0, reconnect_min_s]."""
+    return (rng or _RNG).uniform(0.0, settings.reconnect_min_s)
+
+
+_RNG = random.Random()
+
+
 @dataclass(frozen=True)
 class Message:
     """One outbound message."""
@@ -294,6 +309,9 @@ class Bridge:
             self.metrics.inc("mqtt_disconnects")
             if not self._stopping.is_set():
                 log.warning("disconnected from %s: %s", self.settings.broker, reason)
+                # Not at once: every device of a fleet saw the same broker go away at the same moment.
+                first = time.monotonic() + first_reconnect_delay(self.settings)
+                self._hold_until = max(self._hold_until, first)
 
     def _message_cb(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
         self.metrics.inc("mqtt_received")
@@ -378,11 +396,7 @@ class Bridge:
         return self._attempts in (1, 10) or self._attempts % 100 == 0
 
     def _backoff(self, streak: int | None = None) -> float:
-        """Exponential growth with the failure streak, jitter in its upper half."""
-        s = self.settings
-        n = self._attempts if streak is None else streak
-        cap = min(s.reconnect_max_s, s.reconnect_min_s * 2 ** min(max(n, 1) - 1, 20))
-        return random.uniform(cap / 2, cap)
+        return reconnect_delay(self.settings, self._attempts if streak is None else streak)
 
     def _step(self, timeout: float) -> None:
         client = self._client

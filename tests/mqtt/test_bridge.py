@@ -5,7 +5,7 @@ import sys
 import threading
 
 from edge_agent.config import MqttSettings
-from edge_agent.mqtt.bridge import Bridge, Message, Outbox
+from edge_agent.mqtt.bridge import Bridge, Message, Outbox, first_reconnect_delay, reconnect_delay
 from edge_agent.mqtt.localbroker import LocalBroker, free_port
 from tests.mqtt_support import Producer, Watcher, wait_until
 
@@ -185,6 +185,17 @@ def test_reconnect_delays_grow_with_jitter_and_stay_within_bounds():
     assert all(4 <= d <= 8 for d in delays[10])
     assert len({round(d, 6) for d in delays[10]}) > 100  # jittered, not lock-step
     assert max(delays[3]) <= 2.0 < min(delays[5]) * 2
+
+
+def test_the_first_reconnect_after_a_lost_connection_is_jittered_too():
+    import random
+
+    s = MqttSettings(reconnect_min_s=0.5, reconnect_max_s=8)
+    rng = random.Random(7)
+    firsts = [first_reconnect_delay(s, rng) for _ in range(500)]
+    # A fleet that lost its broker at one instant does not come back at one instant.
+    assert all(0 <= d <= 0.5 for d in firsts) and max(firsts) - min(firsts) > 0.4
+    assert all(0.25 <= reconnect_delay(s, 1, rng) <= 0.5 for _ in range(100))
 
 
 def test_a_missing_broker_is_retried_until_it_appears(tmp_path):
