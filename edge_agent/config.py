@@ -359,6 +359,11 @@ class MqttSettings:
     max_packet_bytes: int = 16777216
     """Largest MQTT packet the broker may send us (bigger ones it drops); payloads over the
     announcement or fleet limits but under this are answered with `rejected`."""
+    ha_discovery: bool = False
+    """Publish Home Assistant MQTT discovery (`<ha_prefix>/device/<id>/config`): a notify entity
+    that speaks, sensors, a wake-word event, volume and a microphone mute switch."""
+    ha_prefix: str = "homeassistant"
+    """Home Assistant's discovery prefix (its birth message comes on `<ha_prefix>/status`)."""
 
     def __post_init__(self) -> None:
         if self.broker:
@@ -366,6 +371,8 @@ class MqttSettings:
                 parse_uri(self.broker, ("mqtt", "mqtts"))
             except ValueError as exc:
                 raise ValueError(f"broker: {exc}") from None
+        if not self.ha_prefix or any(c in self.ha_prefix for c in "+#\x00"):
+            raise ValueError(f"ha_prefix: {self.ha_prefix!r} is not a valid topic prefix")
         if not self.prefix or any(c in self.prefix for c in "+#\x00"):
             raise ValueError(f"prefix: {self.prefix!r} is not a valid topic prefix")
         if any(c in self.client_id for c in "+#/\x00"):
@@ -673,6 +680,19 @@ class WyomingSettings:
 
 
 @dataclass(frozen=True)
+class HermesSettings:
+    """Hermes (Rhasspy's MQTT protocol) on the daemon's broker."""
+
+    enabled: bool = False
+    site_id: str = ""
+    """Hermes site id this device answers to; empty means the device id."""
+
+    def __post_init__(self) -> None:
+        if any(c in self.site_id for c in "/+#\x00"):
+            raise ValueError(f"site_id: {self.site_id!r} may not contain '/', '+', '#' or NUL")
+
+
+@dataclass(frozen=True)
 class LoggingSettings:
     """Log output."""
 
@@ -702,6 +722,7 @@ class Settings:
     fleet: FleetSettings = field(default_factory=FleetSettings)
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
     wyoming: WyomingSettings = field(default_factory=WyomingSettings)
+    hermes: HermesSettings = field(default_factory=HermesSettings)
 
 
 @dataclass(frozen=True)

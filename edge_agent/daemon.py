@@ -57,6 +57,9 @@ from edge_agent.audio.sources import WavFileSource
 from edge_agent.config import Settings, load_settings
 from edge_agent.errors import EdgeError
 from edge_agent.fleet.manager import ActiveConfig, FleetManager, Report
+from edge_agent.hermes.adapter import HermesAdapter
+from edge_agent.homeassistant.adapter import HomeAssistantAdapter
+from edge_agent.homeassistant.discovery import HaTopics
 from edge_agent.metrics import Metrics
 from edge_agent.models import ModelStore, load_catalog
 from edge_agent.mqtt.bridge import Bridge, Message
@@ -162,6 +165,17 @@ class Daemon:
                           on_error=self._journal_error)
         self.announcements = Announcer(speaking, journal, metrics=self.metrics)
         self.announcements.observe(self._publish_announce_status)
+        self._mic_muted = False
+        self._mute_lock = asyncio.Lock()
+        self.homeassistant: HomeAssistantAdapter | None = None
+        if self.settings.mqtt.ha_discovery:
+            ha_topics = HaTopics(self.settings.mqtt.ha_prefix, self.settings.mqtt.prefix, self.device)
+            self.homeassistant = HomeAssistantAdapter(ha_topics, self.announcements, self, self._publish)
+        self.hermes: HermesAdapter | None = None
+        if self.settings.hermes.enabled:
+            self.hermes = HermesAdapter(self.settings.hermes.site_id or self.device, self.announcements,
+                                        self._publish)
+            self.announcements.observe(self.hermes.on_status)
 
     @property
     def synth(self) -> Synthesizer:
@@ -236,11 +250,17 @@ class Daemon:
                              on_message=self._on_message, on_connect=self._on_connect,
                              metrics=self.metrics,
                              subscriptions_file=self.base.fleet.state_dir / "subscriptions.json")
-        self.bridge.set_subscriptions(self.topics.subscriptions())
+        self.bridge.set_subscriptions(self._subscriptions())
         self.bridge.start()
+
+    def _subscriptions(self) -> tuple[str, ...]:
+        adapters = [a for a in (self.homeassistant, self.hermes) if a is not None]
+        return (*self.topics.subscriptions(), *(t for a in adapters for t in a.subscriptions()))
 
     def _on_connect(self, session_present: bool) -> None:
         self._publish(self._status_message("online"))
+        if self.homeassistant is not None:
+            self.homeassistant.announce()
         report = self.fleet.take_startup_report()
         if report is not None:
             self._publish_config_status(report)
@@ -254,6 +274,10 @@ class Daemon:
             if ok and self._loop is not None and self._fleet_wake is not None:
                 self._loop.call_soon_threadsafe(self._fleet_wake.set)
             return ok
+        for adapter in (self.homeassistant, self.hermes):
+            handled = adapter.handle(topic, payload) if adapter is not None else None
+            if handled is not None:
+                return handled
         return True  # a topic left over from an old subscription
 
     def _publish(self, message: Message) -> None:
@@ -350,7 +374,7 @@ class Daemon:
         if "device" in changed:
             self.topics = Topics(new.mqtt.prefix, self.device, new.device.group)
             if self.bridge is not None:
-                self.bridge.set_subscriptions(self.topics.subscriptions())
+                self.bridge.set_subscriptions(self._subscriptions())
         log.info("config version %d active (reloaded: %s)", active.version,
                  ", ".join(sorted(changed)) or "nothing", extra={"config_version": active.version})
 
@@ -379,7 +403,7 @@ class Daemon:
     # -- listener ------------------------------------------------------------------------
 
     def _start_listener(self) -> None:
-        if not self.settings.daemon.listen:
+        if not self.settings.daemon.listen or self._mic_muted:
             return
         try:
             self.listener = self._make_listener(self.settings)
@@ -426,6 +450,40 @@ class Daemon:
         doc = {"text": transcript.text, "start": round(float(transcript.start), 3),
                "end": round(float(transcript.end), 3), "ts": round(time.time(), 3)}
         self._publish(Message.json(self.topics.transcript, doc, qos=1))
+        if self.hermes is not None:
+            self.hermes.text_captured(transcript.text, float(transcript.end - transcript.start))
+
+    # -- what Home Assistant may change (`homeassistant.adapter.Controls`; the MQTT thread) ---------
+
+    def volume(self) -> float:
+        return self.settings.audio.volume
+
+    def set_volume(self, volume: float) -> None:
+        """Speak later announcements at `volume` (until a config reload sets `audio.volume` again)."""
+        new = replace(self.settings, audio=replace(self.settings.audio, volume=volume))
+        self.announcements.swap(replace(self.announcements.speaking, opener=self._make_opener(new)))
+        self.settings = new
+        log.info("volume set to %.2f", volume)
+
+    def mic_muted(self) -> bool:
+        return self._mic_muted
+
+    def set_mic_muted(self, muted: bool) -> None:
+        """Close the microphone (the listener stops) or open it again, on the daemon loop."""
+        if muted == self._mic_muted:
+            return
+        self._mic_muted = muted
+        log.info("microphone %s", "muted" if muted else "unmuted")
+        if self._loop is not None:
+            asyncio.run_coroutine_threadsafe(self._apply_mute(), self._loop)
+
+    async def _apply_mute(self) -> None:
+        async with self._mute_lock:  # one switch at a time; the last request wins
+            if self._mic_muted and self.listener is not None:
+                listener, self.listener = self.listener, None
+                await asyncio.to_thread(listener.stop)
+            elif not self._mic_muted and self.listener is None:
+                await asyncio.to_thread(self._start_listener)
 
 
 def _close(synth: Synthesizer) -> None:

@@ -3,7 +3,7 @@
 The API a trigger uses is small and knows nothing of MQTT:
 
 - `Announcer.submit(request, source)` takes a JSON payload (MQTT today) or a decoded
-  document (a Wyoming, Hermes or Home Assistant adapter next). It returns only once
+  document (the Home Assistant and Hermes adapters). It returns only once
   an accepted announcement is in the journal, so a trigger that acknowledges its
   message after that loses nothing; False means "not stored, deliver it again".
 - `Announcer.observe(callback)` registers a callable that gets every status change

@@ -1,0 +1,177 @@
+"""Home Assistant discovery and Hermes through the daemon, a real mosquitto and paho clients.
+
+Announcements are written to `<out>/<id>.wav` by the daemon (ToneSynth: sentence i is
+the constant level (i + 1) / 10), so "spoken once" is a file and a `done` status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edge_agent.audio.wav import read_wav
+from edge_agent.daemon import Daemon, SettingsSource
+from edge_agent.homeassistant.discovery import NOTIFY_TEMPLATE
+from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, wait_until
+
+
+class Listening:
+    """A listener that stays open until stopped, counting how often the daemon made one."""
+
+    made = 0
+
+    def __init__(self) -> None:
+        Listening.made += 1
+        self.stopped = threading.Event()
+
+    def start(self, on_transcript: Any, on_error: Any = None, on_end: Any = None) -> Listening:
+        self.on_transcript = on_transcript
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.stopped.set()
+
+
+class InProcess:
+    def __init__(self, tmp_path: Path, broker: Any, overrides: dict[str, Any]) -> None:
+        config = device_config(tmp_path / "device.yaml", tmp_path)
+        self.out = tmp_path / "out"
+        source = SettingsSource(config, {"mqtt.broker": broker.url, "device.id": "dev1",
+                                         "daemon.out_dir": str(self.out), **overrides})
+        self.daemon = Daemon(source, synthesizer_factory=lambda s: ToneSynth(),
+                             listener_factory=lambda s: Listening())
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.daemon.run()), daemon=True)
+        self.thread.start()
+        wait_until(lambda: self.daemon.bridge is not None and self.daemon.bridge.connected, what="connect")
+
+    def stop(self) -> None:
+        self.daemon.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def everything(broker: Any) -> Any:
+    w = Watcher(broker.url, topic="#")
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def producer(broker: Any) -> Any:
+    p = Producer(broker.url)
+    yield p
+    p.close()
+
+
+def _render_notify(message: str, stamp: str) -> bytes:
+    """What Home Assistant sends for `message` with our template (its Jinja, done by hand)."""
+    assert NOTIFY_TEMPLATE.startswith('{"id": "ha-{{ now().timestamp()')
+    import json
+
+    return json.dumps({"id": f"ha-{stamp}", "text": message}).encode()
+
+
+def test_discovery_is_published_retained_and_again_when_home_assistant_comes_online(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
+    running = InProcess(tmp_path, broker, {"mqtt.ha_discovery": True})
+    try:
+        first = everything.wait("homeassistant/device/dev1/config")[0]
+        late = Watcher(broker.url, topic="homeassistant/#")  # retained: a late subscriber gets it
+        try:
+            wait_until(lambda: [m.retain for m in late.messages] == [True], what="retained discovery")
+        finally:
+            late.close()
+        producer.publish("homeassistant/status", b"online")
+        everything.wait("homeassistant/device/dev1/config", count=2)
+        assert everything.wait("edge/dev1/ha/volume")  # states come with it
+    finally:
+        running.stop()
+    platforms = {c["p"] for c in first["cmps"].values()}
+    assert platforms == {"notify", "sensor", "event", "number", "switch"}
+    assert first["availability"][0]["topic"] == "edge/dev1/status"
+
+
+def test_a_notify_message_is_spoken_exactly_once_even_when_redelivered(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
+    running = InProcess(tmp_path, broker, {"mqtt.ha_discovery": True})
+    try:
+        payload = _render_notify("The washing machine is done.", "1733200000-123456")
+        producer.publish("edge/dev1/ha/notify", payload)
+        producer.publish("edge/dev1/ha/notify", payload)  # the same message again (a redelivery)
+        producer.publish("edge/dev1/ha/notify", b"Plain text works too.")
+        everything.wait("edge/dev1/announce/status",
+                        lambda d: d["id"] == "ha-1733200000-123456" and d.get("duplicate"))
+        done = everything.wait("edge/dev1/announce/status", lambda d: d["state"] == "done", count=2)
+    finally:
+        running.stop()
+    assert everything.statuses("dev1", "ha-1733200000-123456").count("done") == 1
+    assert sum(d["id"] == "ha-1733200000-123456" for d in done) == 1
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.wav"))[0] == "ha-1733200000-123456.wav"
+    assert len(list((tmp_path / "out").glob("ha-*.wav"))) == 2
+
+
+def test_volume_from_home_assistant_applies_to_the_next_announcement_and_is_reported(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
+    running = InProcess(tmp_path, broker, {"mqtt.ha_discovery": True})
+    try:
+        producer.publish("edge/dev1/ha/volume/set", b"0.5")
+        wait_until(lambda: any(m.payload == b"0.5" for m in everything.messages
+                               if m.topic == "edge/dev1/ha/volume"), what="volume state")
+        producer.publish("edge/dev1/ha/volume/set", b"loud")  # ignored, state repeated
+        producer.publish("edge/dev1/announce", {"id": "v1", "text": "One."})
+        everything.wait("edge/dev1/announce/status", lambda d: d["id"] == "v1" and d["state"] == "done")
+    finally:
+        running.stop()
+    level = float(np.max(np.abs(read_wav(tmp_path / "out" / "v1.wav").samples)))
+    assert abs(level - 0.05) < 0.002  # ToneSynth's 0.1 at half volume
+
+
+def test_the_microphone_switch_closes_the_listener_and_opens_it_again(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
+    running = InProcess(tmp_path, broker, {"mqtt.ha_discovery": True})
+    try:
+        wait_until(lambda: running.daemon.listener is not None, what="listening")
+        first = running.daemon.listener
+        made = Listening.made
+        producer.publish("edge/dev1/ha/mic_mute/set", b"ON")
+        wait_until(lambda: running.daemon.listener is None, what="microphone closed")
+        assert isinstance(first, Listening) and first.stopped.is_set()
+        wait_until(lambda: any(m.payload == b"ON" for m in everything.messages
+                               if m.topic == "edge/dev1/ha/mic_mute"), what="mute state")
+        producer.publish("edge/dev1/ha/mic_mute/set", b"OFF")
+        wait_until(lambda: running.daemon.listener is not None, what="microphone open again")
+        assert Listening.made == made + 1
+    finally:
+        running.stop()
+
+
+def test_hermes_say_for_our_site_is_spoken_once_and_answered_with_say_finished(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
+    running = InProcess(tmp_path, broker, {"hermes.enabled": True, "hermes.site_id": "kitchen"})
+    try:
+        say = {"text": "Dinner is ready.", "siteId": "kitchen", "id": "say-1", "sessionId": "sess-9"}
+        producer.publish("hermes/tts/say", say)
+        producer.publish("hermes/tts/say", say)  # redelivered: not spoken twice
+        producer.publish("hermes/tts/say", {"text": "Not here.", "siteId": "garage", "id": "say-2"})
+        finished = everything.wait("hermes/tts/sayFinished")
+        everything.wait("edge/dev1/announce/status", lambda d: d.get("duplicate"))
+        running.daemon.announcements.last_spoke = float("-inf")  # past the echo guard after speaking
+        running.daemon._on_transcript(_Heard("turn on the lights", 1.0, 2.5))
+        captured = everything.wait("hermes/asr/textCaptured")
+    finally:
+        running.stop()
+    assert finished == [{"id": "say-1", "siteId": "kitchen", "sessionId": "sess-9"}]
+    assert [p.name for p in (tmp_path / "out").glob("*.wav")] == ["hermes:say-1:sess-9.wav"]
+    assert captured[0]["text"] == "turn on the lights" and captured[0]["siteId"] == "kitchen"
+    assert captured[0]["seconds"] == 1.5
+
+
+class _Heard:
+    def __init__(self, text: str, start: float, end: float) -> None:
+        self.text, self.start, self.end = text, start, end
