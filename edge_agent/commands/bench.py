@@ -13,6 +13,7 @@ SUBJECTS = {
     "offload": "edge_agent.bench.offload",
     "mqtt": "edge_agent.bench.mqtt",
     "fleet": "edge_agent.bench.fleet",
+    "failover": "edge_agent.bench.failover",
 }
 """Subject name -> module with `add_arguments(parser)` and `run(ctx, args) -> int`."""
 

@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import ipaddress
+import itertools
 import logging
 import random
 import socket
@@ -41,6 +42,18 @@ def _is_address(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+class ListedOrder(random.Random):
+    """Breaks ties between equally loaded servers in the order they are listed (benchmarks and tests
+    that need to know which server a stream goes to first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._next = itertools.count()
+
+    def random(self) -> float:
+        return float(next(self._next))
 
 
 class ServerPool:
@@ -160,6 +173,19 @@ class ServerPool:
                     return True
                 if not self._resolving and all(c.attempted for c in clients):
                     return False
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+
+    def wait_all(self, timeout: float) -> bool:
+        """Wait until every listed server is connected (benchmarks and tests that need them all)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                clients = list(self._clients.values())
+                if not self._resolving and clients and all(c.connection is not None for c in clients):
+                    return True
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False

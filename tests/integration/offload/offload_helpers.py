@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
-import os
-import random
-import re
-import signal
-import subprocess
-import sys
 import threading
-import time
 from collections import defaultdict
 
+from edge_agent.bench.serveproc import ServeProcess
 from edge_agent.config import OffloadSettings
+from edge_agent.offload.pool import ListedOrder as InOrder
 from edge_agent.offload.pool import ServerPool
 from edge_agent.offload.router import SynthRouter
 from edge_agent.offload.server import ServerThread
@@ -34,45 +28,6 @@ __all__ = [
     "only_client",
     "spoken",
 ]
-
-
-class ServeProcess:
-    """`edge-agent serve` as a real subprocess on a free port."""
-
-    def __init__(self, args: list[str], env: dict[str, str], timeout: float = 120) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "edge_agent", "serve", "--port", "0", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, **env})
-        deadline = time.monotonic() + timeout
-        line = ""
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if line or self.proc.poll() is not None:
-                break
-        match = re.search(r"listening on (\w+)://([\d.]+):(\d+)", line)
-        if not match:
-            self.proc.kill()
-            raise RuntimeError(f"serve did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
-        self.uri = f"{match[1]}://{match[2]}:{match[3]}"
-        self.port = int(match[3])
-        metrics = re.search(r"metrics on (http://\S+)/metrics", line)
-        self.http = metrics[1] if metrics else None
-        """Base URL of the metrics and probe port, when `server.metrics_port` is set."""
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def terminate(self, timeout: float = 20) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
-
-    def close(self) -> None:
-        self.kill()
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe:
-                pipe.close()
 
 
 class ScriptedServer:
@@ -179,17 +134,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-class InOrder(random.Random):
-    """Breaks the pool's ties between equally loaded servers in the order they are listed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._next = itertools.count()
-
-    def random(self) -> float:
-        return float(next(self._next))
 
 
 def make_router(local_synth, uri, psk=PSK, rng=None, **overrides):

@@ -127,3 +127,26 @@ def test_a_host_name_stands_for_every_address_it_resolves_to(serve):
         assert pool.choose(PIPER) is not None
     finally:
         pool.close()
+
+
+def test_a_blackholed_server_is_left_after_the_sentence_timeout_for_the_other(serve, local_synth):
+    from edge_agent.bench.failover import Blackhole, Playback
+
+    stalled, server = serve(), serve()
+    proxy = Blackhole(stalled.port)
+    router = make_router(local_synth, [proxy.uri, server.uri], voice=PIPER, rng=InOrder(),
+                         sentence_timeout_s=0.5)
+    playback = Playback()
+    fault = []
+    try:
+        wait_until(lambda: _connected(router, proxy.uri) and _connected(router, server.uri), 10,
+                   "both connections")
+        playback.play(router.stream(LONG), lambda: (fault.append(time.monotonic()), proxy.blackhole()))
+    finally:
+        router.close()
+        proxy.close()
+    summary = playback.summary(fault[0], 6)
+    assert summary["engines"] == ["remote"] * 6 and summary["each_once"]
+    assert _requests(stalled) == 1 and _requests(server) == 1
+    # Nothing is heard missing: the router waits while yielded audio is still playing, then moves.
+    assert summary["fault_to_next_sentence_s"] >= 0.5
