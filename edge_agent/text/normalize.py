@@ -81,6 +81,8 @@ _NUM = r"\d{1,3}(?:,\d{3})+|\d+"
 
 Rule = tuple[re.Pattern[str], Callable[[re.Match[str]], str]]
 
+_LONG_DIGITS = re.compile(r"\d{16,}")
+
 
 def _int(text: str) -> int:
     return int(text.replace(",", ""))
@@ -210,7 +212,7 @@ _RULES: list[Rule] = [
     (re.compile(r"\b(?P<n>\d+)(?:st|nd|rd|th)\b", re.I), lambda m: ordinal(int(m["n"]))),
     (re.compile(r"\b(?P<w>in|since|until|by|from|year|of|before|after)\s(?P<y>1[1-9]\d\d|20\d\d)\b",
                 re.I), _year_after_word),
-    (re.compile(r"(?:(?P<prev>\w+) )?\bSt\.(?= [A-Z])"), _saint_or_street),
+    (re.compile(r"(?:\b(?P<prev>\w+) )?\bSt\.(?= [A-Z])"), _saint_or_street),
     (re.compile(rf"(?<!\w)(?:{_ABBR_ALT})(?=\s|$)", re.I), _abbreviation),
     (re.compile(r"(?<![\w.])-(?P<n>\d+(?:\.\d+)?)\b"), lambda m: "minus " + _number(m["n"])),
     (re.compile(r"\b\d+\.\d+\b"), lambda m: decimal(m[0])),
@@ -230,6 +232,9 @@ def normalize(text: str) -> str:
     text = unicodedata.normalize("NFKC", text)
     text = _CONTROL.sub(" ", text).replace("\r\n", "\n")
     text = _SPACE.sub(" ", text)
+    # Runs of 16+ digits are read digit by digit (as `cardinal` would); doing it first keeps
+    # every rule below from converting thousands of digits to an int (which Python refuses).
+    text = _LONG_DIGITS.sub(lambda m: f" {digits(m[0])} ", text)
     for pattern, replace in _RULES:
         text = pattern.sub(replace, text)
     return _SPACE.sub(" ", text).strip()

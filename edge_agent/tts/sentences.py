@@ -48,12 +48,14 @@ def _hard_split(clause: str, max_chars: int) -> list[str]:
     chunks: list[str] = []
     current = ""
     for full_word in _WORD_END.split(clause):
-        word = full_word[:max_chars]
-        if current and len(current) + 1 + len(word) > max_chars:
-            chunks.append(current)
-            current = word
-        else:
-            current = f"{current} {word}".strip()
+        # A "word" longer than a sentence (a URL, CJK text, a long code) is cut into pieces,
+        # never shortened: every character is spoken.
+        for word in (full_word[i:i + max_chars] for i in range(0, len(full_word), max_chars)):
+            if current and len(current) + 1 + len(word) > max_chars:
+                chunks.append(current)
+                current = word
+            else:
+                current = f"{current} {word}".strip()
     if current:
         chunks.append(current)
     return chunks

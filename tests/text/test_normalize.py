@@ -84,3 +84,9 @@ def test_years(n, words):
 def test_decimals():
     assert decimal("3.14") == "three point one four"
     assert decimal("-0.5") == "minus zero point five"
+
+
+def test_thousands_of_digits_are_read_digit_by_digit_instead_of_failing():
+    spoken = normalize("Code " + "7" * 5000 + ".")  # int() refuses strings over 4300 digits
+    assert spoken.startswith("Code seven seven") and spoken.count("seven") == 5000
+    assert normalize("0000000000000042") == "zero " * 14 + "four two"

@@ -41,3 +41,12 @@ def test_split_complete_releases_a_sentence_only_once_the_next_one_has_begun():
     assert split_complete("It is late. The") == ("It is late.", "The")
     assert split_complete("One. Two! Three? Fo") == ("One. Two! Three?", "Fo")
     assert split_complete("3.5 degrees") == ("", "3.5 degrees")
+
+
+def test_a_word_longer_than_a_sentence_is_cut_into_pieces_never_shortened():
+    url = "https://example.com/" + "x" * 1000
+    cjk = "日本語のテキスト" * 100  # no spaces at all
+    for text in (f"Open {url} now.", cjk):
+        pieces = split_sentences(text)
+        assert all(len(p) <= 300 for p in pieces) and len(pieces) > 1
+        assert "".join(pieces).replace(" ", "") == text.replace(" ", "")
