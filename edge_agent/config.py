@@ -400,6 +400,11 @@ class AnnouncementSettings:
     max_payload_bytes: int = 65536
     """Larger announcement payloads are rejected unparsed."""
     max_text_chars: int = 5000
+    """Longest text, counted as written and again once normalised (numbers, units and
+    ligatures spelled out: one character can become dozens)."""
+    max_audio_s: float = 600.0
+    """Longest audio one announcement may become; speaking stops there and its `done`
+    status says `truncated` with the reason."""
     default_priority: int = 5
     """Priority of announcements that do not name one (0 low .. 9 urgent)."""
     interrupt: bool = True
@@ -417,6 +422,8 @@ class AnnouncementSettings:
             raise ValueError(f"max_payload_bytes: {self.max_payload_bytes} is outside 256..16777216")
         if self.max_text_chars < 1:
             raise ValueError(f"max_text_chars: {self.max_text_chars} is below 1")
+        if not self.max_audio_s > 0:
+            raise ValueError(f"max_audio_s: {self.max_audio_s} must be positive")
         if not 0 <= self.default_priority <= 9:
             raise ValueError(f"default_priority: {self.default_priority} is outside 0..9")
         if self.queue_max < 1 or self.dedupe_max_ids < 1 or self.dedupe_max_age_days <= 0:

@@ -285,7 +285,7 @@ class Journal:
                 entry.state, entry.resume = "queued", int(rec["resume"])
             elif op == "finish":
                 entry.state, entry.announcement = rec["state"], None
-                entry.extra = {k: rec[k] for k in ("engine", "error") if k in rec}
+                entry.extra = {k: rec[k] for k in ("engine", "error", "truncated") if k in rec}
                 self._entries.move_to_end(rec["id"])
             else:
                 raise ValueError(f"unknown op {op!r}")

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from edge_agent.config import AnnouncementSettings
+from edge_agent.text.normalize import normalize
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}")
 """Ids name files (`--out-dir`), so they are plain: letters, digits and `._:@+=-`."""
@@ -90,6 +91,11 @@ def check_announcement(doc: Mapping[str, Any], settings: AnnouncementSettings, v
         raise reject("missing 'text' (a non-empty string)")
     if len(text) > settings.max_text_chars:
         raise reject(f"'text' has {len(text)} characters, the limit is {settings.max_text_chars}")
+    # What costs is what is spoken: one character can normalise into dozens (U+FDFA is 18).
+    spoken = len(normalize(text))
+    if spoken > settings.max_text_chars:
+        raise reject(f"'text' is {spoken} characters once normalised (numbers, units and ligatures "
+                     f"spelled out), the limit is {settings.max_text_chars}")
     voice = doc.get("voice")
     if voice is not None:
         if not isinstance(voice, str):

@@ -208,7 +208,7 @@ class Announcer:
             if item is None:
                 continue
             if self._stopping.is_set():
-                self.queue.put(item.announcement, item.resume, item.sink, seq=item.seq)
+                self.queue.put(item.announcement, item.resume, item.sink, seq=item.seq, spent_s=item.spent_s)
                 break
             try:
                 self._speak(item)
@@ -216,7 +216,7 @@ class Announcer:
             except JournalError:
                 # Speaking unrecorded could repeat it after a crash: wait for the disk instead.
                 # The item keeps its place; the journal has logged why (rate-limited).
-                self.queue.put(item.announcement, item.resume, item.sink, seq=item.seq)
+                self.queue.put(item.announcement, item.resume, item.sink, seq=item.seq, spent_s=item.spent_s)
                 self._stopping.wait(retry_s)
                 retry_s = min(retry_s * 2, JOURNAL_RETRY_S[1])
                 self.journal.retry()
@@ -252,7 +252,7 @@ class Announcer:
 
         try:
             result = speak(item, speaking.synth, speaking.opener, should_stop=should_stop,
-                           on_start=started)
+                           on_start=started, budget_s=speaking.settings.max_audio_s - item.spent_s)
         except Exception as exc:
             error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             self.metrics.inc("announcements_failed")
@@ -268,11 +268,17 @@ class Announcer:
             self.metrics.inc("announcements_spoken")
             log.info("announcement spoken (%.2f s of audio)", result.audio_s,
                      extra={"id": ann.id, "engine": result.engine, "event": "spoken"})
-            self.journal.finish(ann.id, "done", engine=result.engine)
-            self._status(ann.id, "done", engine=result.engine)
+            cut: dict[str, Any] = {}
+            if result.truncated:
+                self.metrics.inc("announcements_truncated")
+                cut = {"truncated": True, "error": f"cut after {speaking.settings.max_audio_s:g} s of audio "
+                       "(announcements.max_audio_s)"}
+                log.warning("announcement truncated: %s", cut["error"], extra={"id": ann.id})
+            self.journal.finish(ann.id, "done", engine=result.engine, **cut)
+            self._status(ann.id, "done", engine=result.engine, **cut)
             return
         self.journal.requeue(ann.id, result.resume)
-        self.queue.put(ann, result.resume, result.sink, seq=item.seq)
+        self.queue.put(ann, result.resume, result.sink, seq=item.seq, spent_s=item.spent_s + result.audio_s)
         why = "shutting down" if self._stopping.is_set() else "a more urgent announcement"
         log.info("stopped before sentence %d for %s; resumes later", result.resume, why,
                  extra={"id": ann.id})

@@ -112,12 +112,14 @@ class Spoken:
     audio_s: float
     sink: Sink | None = None
     """The open sink, when an interrupted announcement keeps it for later."""
+    truncated: bool = False
+    """Cut at the audio budget (`announcements.max_audio_s`): complete, but not all of it."""
 
 
 class _Tracked:
     """Follows a chunk stream: skips sentences already spoken, counts engines, notes the end."""
 
-    def __init__(self, chunks: Iterator[AudioChunk], skip_before: int) -> None:
+    def __init__(self, chunks: Iterator[AudioChunk], skip_before: int, budget_s: float) -> None:
         self._chunks = chunks
         self._skip = skip_before
         self.rate = 0
@@ -125,6 +127,9 @@ class _Tracked:
         self.engines: Counter[str] = Counter()
         self.last_sentence = -1
         self.exhausted = False
+        self.budget_s = budget_s
+        """Audio still allowed; the stream is cut (mid-sentence if need be) when it runs out."""
+        self.truncated = False
 
     def first(self) -> AudioChunk | None:
         for chunk in self._chunks:
@@ -134,11 +139,28 @@ class _Tracked:
         return None
 
     def rest(self, first: AudioChunk) -> Iterator[AudioChunk]:
-        yield self._convert(first)
+        chunk: AudioChunk | None = first
+        while chunk is not None:
+            out = self._convert(chunk)
+            room = max(0.0, self.budget_s * out.sample_rate)  # frames still allowed; inf: no bound
+            if len(out.samples) > room or (len(out.samples) == room and not out.last):
+                # The cost bound: what was sent cannot make the device speak for longer than this.
+                self.truncated = self.exhausted = True
+                yield AudioChunk(out.samples[:int(room)], out.sample_rate, out.sentence, True, out.engine)
+                close = getattr(self._chunks, "close", None)
+                if close is not None:
+                    close()  # stops synthesis of the rest
+                return
+            self.budget_s -= len(out.samples) / out.sample_rate
+            yield out
+            chunk = self._next()
+        self.exhausted = True
+
+    def _next(self) -> AudioChunk | None:
         for chunk in self._chunks:
             if chunk.sentence >= self._skip:
-                yield self._convert(self._note(chunk))
-        self.exhausted = True
+                return self._note(chunk)
+        return None
 
     def _note(self, chunk: AudioChunk) -> AudioChunk:
         self.engines[chunk.engine] += len(chunk.samples)
@@ -162,10 +184,12 @@ def _open(item: Item, opener: SinkOpener, sample_rate: int) -> Sink:
 
 
 def speak(item: Item, synth: Synthesizer, opener: SinkOpener, *,
-          should_stop: Callable[[], bool], on_start: Callable[[str], None]) -> Spoken:
-    """Speak `item` from its resume sentence; stop at a sentence boundary when `should_stop()`."""
+          should_stop: Callable[[], bool], on_start: Callable[[str], None],
+          budget_s: float = float("inf")) -> Spoken:
+    """Speak `item` from its resume sentence; stop at a sentence boundary when `should_stop()`,
+    and for good after `budget_s` seconds of audio (`Spoken.truncated`)."""
     ann = item.announcement
-    tracked = _Tracked(iter(synth.stream(ann.text, ann.voice)), item.resume)
+    tracked = _Tracked(iter(synth.stream(ann.text, ann.voice)), item.resume, budget_s)
     first = tracked.first()
     if first is None:
         if item.sink is not None:
@@ -185,6 +209,9 @@ def speak(item: Item, synth: Synthesizer, opener: SinkOpener, *,
     complete = not stats.interrupted or (tracked.exhausted and done_through >= tracked.last_sentence)
     engine = tracked.engines.most_common(1)[0][0] if tracked.engines else None
     audio_s = stats.frames / sink.sample_rate if sink.sample_rate else 0.0
+    if tracked.truncated:
+        sink.close()
+        return Spoken(True, done_through + 1, engine, audio_s, truncated=True)
     if complete:
         sink.close()
         return Spoken(True, done_through + 1, engine, audio_s)

@@ -23,6 +23,8 @@ class Item:
     """First sentence still to speak."""
     sink: Any = field(compare=False, default=None)
     """A file sink kept open across an interruption, so `<id>.wav` holds the whole announcement."""
+    spent_s: float = field(compare=False, default=0.0)
+    """Audio already spoken before an interruption (it counts against `max_audio_s`)."""
 
     def __post_init__(self) -> None:
         self.sort_key = (-self.announcement.priority, self.seq)
@@ -37,9 +39,9 @@ class AnnouncementQueue:
         self._cond = threading.Condition()
 
     def put(self, announcement: Announcement, resume: int = 0, sink: Any = None,
-            seq: int | None = None) -> Item:
+            seq: int | None = None, spent_s: float = 0.0) -> Item:
         with self._cond:
-            item = Item(announcement, next(self._seq) if seq is None else seq, resume, sink)
+            item = Item(announcement, next(self._seq) if seq is None else seq, resume, sink, spent_s)
             heapq.heappush(self._heap, item)
             self._cond.notify_all()
             return item

@@ -39,6 +39,7 @@ def test_defaults_apply_to_missing_optional_fields():
     ({"id": "a"}, "missing 'text'"),
     ({"id": "a", "text": "   "}, "missing 'text'"),
     ({"id": "a", "text": "x" * 101}, "101 characters, the limit is 100"),
+    ({"id": "a", "text": "\ufdfa" * 10}, "180 characters once normalised"),  # 10 written, 180 spoken
     ({"id": "a", "text": "x", "voice": "robot"}, "unknown voice 'robot'"),
     ({"id": "a", "text": "x", "priority": 10}, "'priority' must be an integer 0..9"),
     ({"id": "a", "text": "x", "priority": True}, "'priority'"),

@@ -259,3 +259,19 @@ def test_a_swapped_bundle_speaks_the_next_announcement_and_the_current_one_ends_
     assert wav_levels(tmp_path / "new" / "second.wav") == [0.1]
     done = {d["id"]: d["engine"] for d in p.statuses if d["state"] == "done"}
     assert done == {"first": "local", "second": "remote"}
+
+
+def test_an_announcement_is_cut_at_its_audio_budget_and_the_status_says_so(pipeline, tmp_path):
+    from edge_agent.audio.wav import read_wav
+
+    p = pipeline(max_audio_s=0.12)  # ToneSynth: 0.05 s per sentence
+    p.service.start()
+    p.send({"id": "long", "text": "One. Two. Three. Four. Five. Six."})
+    p.send({"id": "next", "text": "Seven."})
+    p.wait_state("next", "done")
+    done = [d for d in p.statuses if d["id"] == "long" and d["state"] == "done"]
+    assert done[0]["truncated"] is True and "announcements.max_audio_s" in done[0]["error"]
+    wav = read_wav(tmp_path / "out" / "long.wav")
+    assert len(wav.samples) == round(0.12 * 16000)
+    assert wav_levels(tmp_path / "out" / "long.wav") == [0.1, 0.2, 0.3]  # the third cut short
+    assert p.service.journal.get("long").extra["truncated"] is True
