@@ -34,13 +34,19 @@ def common_options() -> argparse.ArgumentParser:
     return common
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every verb, or (`verb` given) of that verb alone.
+
+    Each verb module imports what its verb needs, and some of that is heavy
+    (cryptography, asyncio servers, the ASR stack); `say` should not pay for
+    `serve`. The full parser is built for help, errors and unknown verbs.
+    """
     parser = _Parser(prog="edge-agent", description="Offline-first speech appliance.")
     parser.add_argument("--version", action="version", version=f"edge-agent {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     common = common_options()
-    for name in COMMANDS:
+    for name in COMMANDS if verb is None else (verb,):
         importlib.import_module(f"edge_agent.commands.{name}").register(sub, common)
     return parser
 
@@ -65,4 +71,8 @@ def run_handler(prog: str, args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_handler("edge-agent", build_parser().parse_args(argv))
+    args = list(sys.argv[1:] if argv is None else argv)
+    # The verb is the first argument that is not an option: the top level takes no option
+    # with a value, only --help and --version.
+    verb = next((a for a in args if not a.startswith("-")), None)
+    return run_handler("edge-agent", build_parser(verb if verb in COMMANDS else None).parse_args(args))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edge_agent.errors import ModelError
-from edge_agent.runtime import load_weights, make_session
+from edge_agent.runtime import index_weights, load_weights, make_session
 
 
 @pytest.fixture
@@ -28,6 +30,7 @@ def model(tmp_path: Path) -> Path:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path),
               save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin",
               size_threshold=0)
+    index_weights(path)
     return path
 
 
@@ -56,6 +59,10 @@ def test_weights_stored_outside_the_models_directory_are_refused(model: Path) ->
                 entry.value = "../../etc/passwd"
     onnx.save(proto, str(model))
     with pytest.raises(ModelError, match="outside the model's directory"):
+        index_weights(model)
+    index = model.with_name(model.name + ".weights.json")
+    index.write_text(index.read_text().replace('"weights.bin"', '"../weights.bin"'))
+    with pytest.raises(ModelError, match="outside the model's directory"):
         load_weights(model)
 
 
@@ -63,4 +70,16 @@ def test_a_model_that_is_not_onnx_is_a_model_error(tmp_path: Path) -> None:
     path = tmp_path / "model.onnx"
     path.write_bytes(b"\x00not a model" * 10)
     with pytest.raises(ModelError, match="cannot read its weights"):
-        load_weights(path)
+        index_weights(path)
+    with pytest.raises(ModelError, match="cannot read its weights"):
+        load_weights(path)  # and no index beside it
+
+
+def test_loading_weights_does_not_import_onnx(model: Path) -> None:
+    # `import onnx` costs about a second of CPU: the device's load path must not pay it.
+    code = ("import sys; from pathlib import Path; "
+            "from edge_agent.runtime import load_weights, make_session; "
+            f"p = Path({str(model)!r}); make_session(p, 1, weights=load_weights(p)); "
+            "print(sorted(m for m in sys.modules if m == 'onnx' or m.startswith('onnx.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"

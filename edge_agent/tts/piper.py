@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from edge_agent.text.normalize import normalize
 from edge_agent.tts.phonemes import espeak_phonemes
 from edge_agent.tts.pool import PriorityPool
 from edge_agent.tts.sentences import split_sentences
-from edge_agent.tts.vits import UnsupportedGraph, Vocoder, plan_windows, prepare
+from edge_agent.tts.vits import UnsupportedGraph, Vocoder, plan_windows, prepare, prepare_cpu
 from edge_agent.tts.voice import by_sentence
 
 log = logging.getLogger(__name__)
@@ -88,13 +89,17 @@ class PiperVoice:
     """
 
     def __init__(self, voice_id: str, session: Any, config: PiperConfig, length_scale: float | None = None,
-                 *, vocoder: Vocoder | None = None, front: Any = None, workers: int = 1,
+                 *, vocoder: Vocoder | None = None, front: Callable[[], Any] | None = None, workers: int = 1,
                  weights: Any = None) -> None:
         self.id = voice_id
         self.sample_rate = config.sample_rate
         self.config = config
         self._session = session  # the whole graph, or the front with every core
-        self._front = front if front is not None else session  # the front, single-threaded
+        # The single-threaded front is made when a stream first needs it: a one-sentence
+        # `say` never does, and making it is a good part of a short `say`'s start-up.
+        self._make_front = front
+        self._front: Any = None if front is not None else session
+        self._front_lock = threading.Lock()
         self._weights = weights  # the sessions use these buffers in place: keep them alive
         self._vocoder = vocoder
         self._pool: PriorityPool | None = None
@@ -177,6 +182,14 @@ class PiperVoice:
         return [self._pool.submit(URGENT if first and n == 0 else WINDOW, self._vocoder.decode, z, start, end)
                 for n, (start, end) in enumerate(windows)]
 
+    def _decode_pooled(self, ids: list[int], cancelled: threading.Event) -> list[Future[Samples]]:
+        """`_decode` on the single-threaded front (made on first use), for a pool worker."""
+        with self._front_lock:
+            if self._front is None and self._make_front is not None:
+                self._front = self._make_front()
+            front = self._front
+        return self._decode(ids, front, first=False, cancelled=cancelled)
+
     def stream(self, sentences: list[str]) -> Iterator[tuple[int, Samples, bool]]:
         """`(sentence index, samples, last of its sentence)` for each piece of audio, in order.
 
@@ -214,8 +227,7 @@ class PiperVoice:
                     # further ahead waits its turn, so a slow device is never kept
                     # from the window playback needs next by fronts it needs later.
                     urgent = len(queued) == (1 if lead_queued else 0)
-                    job = pool.submit(FRONT if urgent else WINDOW, self._decode, ids, self._front,
-                                      first=False, cancelled=cancelled)
+                    job = pool.submit(FRONT if urgent else WINDOW, self._decode_pooled, ids, cancelled)
                 queued.append((index, last, job))
 
         lead_queued = True  # the first call is still in `queued` (not being yielded yet)
@@ -255,7 +267,8 @@ class PiperVoice:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
-        self._session = self._front = self._weights = None
+        with self._front_lock:
+            self._session = self._front = self._make_front = self._weights = None
 
 
 def _clip(audio: Samples) -> Samples:
@@ -285,8 +298,9 @@ def _vocoder_profile(info: Any) -> Profile:
 
 
 def _load_split(model: Path, prepared_dir: Path, threads: int, accel: Accelerator,
-                config: PiperConfig) -> tuple[Any, Any, Vocoder, Any] | None:
-    """`(lead front, pooled front, vocoder, shared weights)`, preparing the split if needed.
+                config: PiperConfig) -> tuple[Any, Callable[[], Any] | None, Vocoder, Any] | None:
+    """`(lead front, maker of the pooled front (None: the lead), vocoder, shared weights)`, preparing
+    the split if needed.
 
     None if this graph cannot be split or the split cannot be written.
     """
@@ -301,15 +315,17 @@ def _load_split(model: Path, prepared_dir: Path, threads: int, accel: Accelerato
                         model.name, prepared_dir, exc)
             return None
         try:
-            # Shared weights are a CPU saving: an accelerator holds its own copy per session.
-            weights = load_weights(prepared.front) if accel.cpu_only else None
+            # The CPU runs a copy optimized for it once; an accelerator's provider optimizes the
+            # split itself, and holds its own copy of the weights per session (no sharing).
+            cpu = prepare_cpu(prepared, prepared_dir) if accel.cpu_only else None
+            files = cpu or prepared
+            weights = load_weights(files.front) if accel.cpu_only else None
             front_shapes, window_shapes = _front_profile(config), _vocoder_profile(prepared.info)
-            lead = make_session(prepared.front, threads, weights=weights, shapes_vary=True, accel=accel,
-                                profile=front_shapes)
-            front = (make_session(prepared.front, 1, spin=False, weights=weights, shapes_vary=True,
-                                  accel=accel, profile=front_shapes)
-                     if threads > 1 else lead)
-            vocoder = make_session(prepared.vocoder, 1, shapes_vary=True, accel=accel, profile=window_shapes)
+            common: dict[str, Any] = {"shapes_vary": True, "accel": accel, "optimized": cpu is not None}
+            lead = make_session(files.front, threads, weights=weights, profile=front_shapes, **common)
+            front = (functools.partial(make_session, files.front, 1, spin=False, weights=weights,
+                                       profile=front_shapes, **common) if threads > 1 else None)
+            vocoder = make_session(files.vocoder, 1, profile=window_shapes, **common)
             return lead, front, Vocoder(vocoder, prepared.info), weights
         except ModelError:
             if attempt == 2:

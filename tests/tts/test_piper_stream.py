@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import shutil
 import threading
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from edge_agent.config import TtsSettings
 from edge_agent.models import ModelStore, load_catalog
-from edge_agent.runtime import make_session
+from edge_agent.runtime import cpu_fingerprint, load_weights, make_session
 from edge_agent.tts import vits
 from edge_agent.tts.piper import PiperVoice
 from edge_agent.tts.voice import synthesize
@@ -269,5 +270,33 @@ def test_an_unwritable_cache_costs_the_split_not_the_voice(model: Path, tmp_path
     try:
         assert not voice.streaming
         assert sum(s.size for _, s, _ in voice.stream(["Hello."])) > 0
+    finally:
+        voice.close()
+
+
+def test_the_cpu_optimized_copy_is_made_once_and_replaces_one_made_for_another_cpu(
+        prepared: vits.Prepared) -> None:
+    directory = prepared.front.parent
+    for old in directory.glob("cpu-*"):
+        shutil.rmtree(old)
+    (directory / "cpu-ort0.0-other-000000000000").mkdir()
+    optimized = vits.prepare_cpu(prepared, directory)
+    assert optimized is not None and optimized.front.parent.name == f"cpu-{cpu_fingerprint()}"
+    assert [p.name for p in directory.glob("cpu-*")] == [optimized.front.parent.name]
+    made = optimized.front.stat().st_mtime_ns
+    again = vits.prepare_cpu(prepared, directory)
+    assert again == optimized and optimized.front.stat().st_mtime_ns == made
+    # It loads without optimising again, and its weights are still shared through the index.
+    session = make_session(optimized.front, 1, weights=load_weights(optimized.front), optimized=True)
+    assert {i.name for i in session.get_inputs()} >= {"input", "input_lengths", "scales"}
+
+
+def test_a_one_sentence_stream_never_makes_the_pooled_front(model: Path, prepared: vits.Prepared) -> None:
+    voice = PiperVoice.load(VOICE, model, threads=2, prepared_dir=prepared.front.parent)
+    try:
+        list(voice.stream(["Hello."]))
+        assert voice._front is None
+        list(voice.stream(["Hello.", "Goodbye."]))
+        assert voice._front is not None and voice._front is not voice._session
     finally:
         voice.close()
