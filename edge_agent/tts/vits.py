@@ -392,8 +392,9 @@ def prepare_cpu(prepared: Prepared, directory: Path) -> Prepared | None:
         for item in tmp.iterdir():
             with open(item, "rb") as fh:
                 os.fsync(fh.fileno())
-        for stale in directory.glob(f"{CPU_PREFIX}*"):
-            shutil.rmtree(stale, ignore_errors=True)
+        for stale in directory.glob(f"{CPU_PREFIX}*"):  # made for another CPU or onnxruntime
+            if stale.name != target.name:
+                shutil.rmtree(stale, ignore_errors=True)
         os.replace(tmp, target)
         fsync_dir(directory)
     except (OSError, ModelError) as exc:
