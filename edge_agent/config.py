@@ -574,7 +574,7 @@ class ServerSettings:
     tls_key: Path | None = None
     voices: tuple[str, ...] = ("kokoro-82m", "en_US-joe-medium")
     """Voices loaded at start and offered to clients (the first is the default)."""
-    kokoro_speaker: str = "jf_alpha"
+    kokoro_speaker: str = "af_heart"
     """Kokoro voice pack used for `kokoro-82m`."""
     workers: int = 2
     """Sentences synthesized at once (the batch: requests arriving together share these)."""

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from edge_agent.config import AnnouncementSettings
+from edge_agent.models.catalog import base_voice
 from edge_agent.text.normalize import normalize
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}")
@@ -100,7 +101,7 @@ def check_announcement(doc: Mapping[str, Any], settings: AnnouncementSettings, v
     if voice is not None:
         if not isinstance(voice, str):
             raise reject("'voice' must be a string")
-        if voice not in voices:
+        if voice not in voices and base_voice(voice) not in voices:
             raise reject(f"unknown voice {voice!r} (known: {', '.join(sorted(voices))})")
     priority = doc.get("priority", settings.default_priority)
     if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:

@@ -25,6 +25,9 @@ class Package:
 
     name: str
     version: str
+    dist: Literal["wheel", "sdist"] = "wheel"
+    """`sdist`: files come from the source distribution (a `.tar.gz`), members named
+    `<name>-<version>/...` as in the archive."""
 
 
 @dataclass(frozen=True)
@@ -115,13 +118,20 @@ class Catalog:
         return sorted(k for k, e in self.entries.items() if task is None or e.task == task)
 
     def check_voice(self, key: str, voice: str) -> None:
-        """ConfigError naming setting `key` unless `voice` is a TTS model of this catalog."""
+        """ConfigError naming setting `key` unless `voice` is a TTS model of this catalog (or one of
+        its speakers, `<model>:<speaker>`)."""
         voices = self.ids(task="tts")
-        if voice not in voices:
+        if base_voice(voice) not in voices:
             raise ConfigError(f"{key}: unknown voice {voice!r} (known: {', '.join(voices)})")
 
     def __iter__(self) -> Any:
         return iter(self.entries[k] for k in sorted(self.entries))
+
+
+def base_voice(voice: str) -> str:
+    """The model of a voice id: `kokoro-82m:af_heart` (a speaker of a multi-speaker model) is
+    `kokoro-82m`; a plain id is itself."""
+    return voice.partition(":")[0]
 
 
 def builtin_catalog_path() -> Path:

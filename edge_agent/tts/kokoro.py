@@ -4,12 +4,19 @@ The model takes `tokens` [1, n] (ids from `vocab.json`, padded with 0 on both
 sides), `style` [1, 256] (row `n` of the voice pack: the style depends on the
 utterance length) and `speed` [1]; it returns 24 kHz float audio. Its batch
 dimension is fixed at 1, so a server runs sentences concurrently, not batched.
+
+Speakers: a voice id `kokoro-82m:<speaker>` picks a style pack; `kokoro-82m` alone is
+the configured default speaker. The Japanese packs come with the model
+(`voices_ja.npz`), the English ones (`af_heart`, `bm_george`, ...) are the model
+`kokoro-82m-voices-en` (one raw float32 510 x 256 file per speaker). Every speaker
+of one model shares one onnxruntime session: a speaker costs its 0.5 MB of styles.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +37,9 @@ log = logging.getLogger(__name__)
 SAMPLE_RATE = 24000
 ESPEAK_VOICE = "en-us"
 _PAD = 0
+ENGLISH_SPEAKERS = "kokoro-82m-voices-en"
+"""Catalog id of the English style packs."""
+STYLE_DIM = 256
 
 
 class KokoroVoice:
@@ -50,11 +60,10 @@ class KokoroVoice:
         self.espeak_voice = espeak_voice
 
     @staticmethod
-    def load(voice_id: str, model: Path, vocab: Path, voices: Path, *, speaker: str,
+    def load(voice_id: str, model: Path, vocab: Path, styles: npt.NDArray[np.float32], *,
              threads: int = 1, speed: float = 1.0, spin: bool = True,
              accel: Accelerator = CPU) -> KokoroVoice:
         table = load_vocab(vocab)
-        styles = load_styles(voices, speaker)
         longest = styles.shape[0] + 1  # max_tokens and the two pads
 
         def shapes(tokens: int) -> dict[str, tuple[int, ...]]:
@@ -63,6 +72,13 @@ class KokoroVoice:
         session = make_session(model, threads, spin=spin, accel=accel,
                                profile=Profile(shapes(3), shapes(64), shapes(longest)))
         return KokoroVoice(voice_id, session, table, styles, speed=speed)
+
+    def with_speaker(self, voice_id: str, styles: npt.NDArray[np.float32]) -> KokoroVoice:
+        """The same model (one session) speaking with another style pack."""
+        if self._session is None:
+            raise ModelError(f"{self.id}: closed")
+        return KokoroVoice(voice_id, self._session, self.vocab, styles, speed=float(self._speed[0]),
+                           espeak_voice=self.espeak_voice)
 
     def sentences(self, text: str) -> list[str]:
         return split_sentences(normalize(text))
@@ -134,6 +150,31 @@ def load_styles(path: Path, speaker: str) -> npt.NDArray[np.float32]:
     return styles
 
 
+def load_style_file(path: Path) -> npt.NDArray[np.float32]:
+    """One speaker's style pack as a raw little-endian float32 file of n x 256 values."""
+    try:
+        raw = np.fromfile(path, dtype="<f4")
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read the style pack ({exc})") from None
+    if raw.size < 2 * STYLE_DIM or raw.size % STYLE_DIM:
+        raise ModelError(f"{path}: {raw.size} values is not a Kokoro style pack (n x {STYLE_DIM})")
+    return raw.astype(np.float32).reshape(-1, 1, STYLE_DIM)
+
+
+def speaker_styles(store: Any, speaker: str, packs: Path) -> npt.NDArray[np.float32]:
+    """`speaker`'s styles: an English pack (fetched as its own model) or one of the model's own."""
+    english = store.catalog.get(ENGLISH_SPEAKERS) if ENGLISH_SPEAKERS in store.catalog.ids() else None
+    if english is not None and f"{speaker}.bin" in {f.name for f in english.files}:
+        return load_style_file(store.require(ENGLISH_SPEAKERS).path(f"{speaker}.bin"))
+    try:
+        return load_styles(packs, speaker)
+    except ModelError as exc:
+        if english is None or "no speaker" not in str(exc):
+            raise
+        extra = ", ".join(f.name.removesuffix(".bin") for f in english.files)
+        raise ModelError(f"{exc}; English ({ENGLISH_SPEAKERS}): {extra}") from None
+
+
 def _cut(ids: list[int], limit: int, space: int | None) -> Iterator[list[int]]:
     """Split an over-long token run at spaces (or anywhere, as a last resort)."""
     while len(ids) > limit:
@@ -147,13 +188,25 @@ def _cut(ids: list[int], limit: int, space: int | None) -> Iterator[list[int]]:
 
 
 def loader(store: Any, *, speaker: str, threads: int, spin: bool = True, accel: Accelerator = CPU) -> Any:
-    """A `VoiceRegistry` loader for catalog entries of runtime `kokoro`."""
+    """A `VoiceRegistry` loader for `kokoro-82m` and `kokoro-82m:<speaker>` (`speaker` when none is named).
+
+    The first voice loaded for a model opens its session; later speakers share it.
+    """
+    sessions: dict[str, KokoroVoice] = {}
+    lock = threading.Lock()
 
     def load(voice_id: str) -> KokoroVoice:
-        files = store.require(voice_id)
-        model = next(f.name for f in files.entry.files if f.name.endswith(".onnx"))
-        return KokoroVoice.load(voice_id, files.path(model), files.path("vocab.json"),
-                                files.path("voices_ja.npz"), speaker=speaker, threads=threads, spin=spin,
-                                accel=accel)
+        model_id, _, named = voice_id.partition(":")
+        files = store.require(model_id)
+        styles = speaker_styles(store, named or speaker, files.path("voices_ja.npz"))
+        with lock:
+            first = sessions.get(model_id)
+            if first is not None and first.sessions()["model"] is not None:
+                return first.with_speaker(voice_id, styles)
+            model = next(f.name for f in files.entry.files if f.name.endswith(".onnx"))
+            voice = KokoroVoice.load(voice_id, files.path(model), files.path("vocab.json"), styles,
+                                     threads=threads, spin=spin, accel=accel)
+            sessions[model_id] = voice
+            return voice
 
     return load

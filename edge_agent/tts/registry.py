@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from edge_agent.config import TtsSettings
 from edge_agent.errors import ModelError
+from edge_agent.models.catalog import base_voice
 from edge_agent.models.store import ModelStore
 from edge_agent.providers import CPU, Accelerator
 from edge_agent.tts.voice import Voice
@@ -84,7 +85,7 @@ class VoiceRegistry:
             self._loaded.clear()
 
     def _load(self, voice_id: str) -> Voice:
-        entry = self._store.catalog.get(voice_id)
+        entry = self._store.catalog.get(base_voice(voice_id))
         if entry.task != "tts":
             raise ModelError(f"{voice_id!r} is a {entry.task} model, not a voice")
         loader = self._loaders.get(entry.runtime)

@@ -26,8 +26,9 @@ def piper_voice(store: ModelStore):
 
 @pytest.fixture(scope="session")
 def kokoro_store(store: ModelStore) -> ModelStore:
-    """The Kokoro model, fetched once into the shared test cache."""
+    """The Kokoro model and its English speakers, fetched once into the shared test cache."""
     store.fetch("kokoro-82m")
+    store.fetch("kokoro-82m-voices-en")  # the default speaker, af_heart
     return store
 
 
