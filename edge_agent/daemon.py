@@ -48,8 +48,9 @@ from typing import Any
 
 from edge_agent import __version__
 from edge_agent.announce.journal import Journal
+from edge_agent.announce.message import FINAL_STATES
 from edge_agent.announce.pipeline import Announcer, Speaking
-from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener
+from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, remove_partials
 from edge_agent.asr.listener import Listener, Transcript, build_listener
 from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.audio.sinks import AudioOutput
@@ -62,7 +63,7 @@ from edge_agent.homeassistant.adapter import HomeAssistantAdapter
 from edge_agent.homeassistant.discovery import HaTopics
 from edge_agent.metrics import Metrics
 from edge_agent.models import ModelStore, load_catalog
-from edge_agent.mqtt.bridge import Bridge, Message
+from edge_agent.mqtt.bridge import KEEP, KEEP_LEAST, KEEP_MOST, Bridge, Message
 from edge_agent.mqtt.topics import Topics
 from edge_agent.offload.router import make_synthesizer
 from edge_agent.providers import for_use
@@ -193,8 +194,12 @@ class Daemon:
                 self._loop.add_signal_handler(sig, self.stop)
         log.info("edge-agent %s starting as device %s (group %s, config version %d)", __version__,
                  self.device, self.settings.device.group, self.fleet.active.version)
+        self._make_bridge()  # before recovering: statuses it reports (failed) wait in the outbox
+        if self.settings.daemon.out_dir is not None:
+            remove_partials(self.settings.daemon.out_dir)  # no announcement is being written yet
         self.announcements.recover()
-        self._start_bridge()
+        if self.bridge is not None:
+            self.bridge.start()
         await asyncio.to_thread(self._warm_up)
         self.announcements.start()
         self._start_listener()
@@ -240,7 +245,7 @@ class Daemon:
 
     # -- MQTT ----------------------------------------------------------------------------
 
-    def _start_bridge(self) -> None:
+    def _make_bridge(self) -> None:
         mqtt = self.settings.mqtt
         if not mqtt.broker:
             log.warning("MQTT disabled (mqtt.broker is empty): no announcements or fleet config")
@@ -251,7 +256,6 @@ class Daemon:
                              metrics=self.metrics,
                              subscriptions_file=self.base.fleet.state_dir / "subscriptions.json")
         self.bridge.set_subscriptions(self._subscriptions())
-        self.bridge.start()
 
     def _subscriptions(self) -> tuple[str, ...]:
         adapters = [a for a in (self.homeassistant, self.hermes) if a is not None]
@@ -301,7 +305,12 @@ class Daemon:
             self._publish(self._status_message("online"))
 
     def _publish_announce_status(self, doc: dict[str, Any]) -> None:
-        self._publish(Message.json(self.topics.announce_status, doc, qos=1))
+        # One waiting status per id (the newest); under a flood, final ones are the last dropped.
+        final = doc["state"] in (*FINAL_STATES, "rejected")
+        ann_id = doc.get("id")
+        self._publish(Message.json(self.topics.announce_status, doc, qos=1,
+                                   key=ann_id if isinstance(ann_id, str) else None,
+                                   rank=KEEP_MOST if final else KEEP))
 
     def _publish_config_status(self, report: Report) -> None:
         self._publish(Message.json(self.topics.config_status, report.to_json(), qos=1, retain=True))
@@ -335,8 +344,10 @@ class Daemon:
         if self.bridge is not None:
             self.metrics.set("mqtt_outbound_queued", len(self.bridge.outbox))
             self.metrics.set("mqtt_outbound_dropped", self.bridge.outbox.dropped)
+            self.metrics.set("mqtt_outbound_dropped_final", self.bridge.outbox.dropped_final)
+            self.metrics.set("mqtt_outbound_replaced", self.bridge.outbox.replaced)
         doc = {"ts": round(time.time(), 3), **self.metrics.snapshot()}
-        self._publish(Message.json(self.topics.metrics, doc, qos=0))
+        self._publish(Message.json(self.topics.metrics, doc, qos=0, coalesce=True, rank=KEEP_LEAST))
 
     async def _fleet_worker(self) -> None:
         assert self._fleet_wake is not None

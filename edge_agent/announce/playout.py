@@ -66,6 +66,20 @@ class DirOpener:
         return WavSink(self.out_dir / f"{ann.id}.wav", sample_rate, self.volume)
 
 
+def remove_partials(out_dir: Path) -> int:
+    """Delete the temp files of `<id>.wav` files a killed process left half-written; how many.
+
+    Only at start: while the daemon runs, an interrupted announcement keeps its file open.
+    """
+    count = 0
+    for part in out_dir.glob(".*.wav.*.part"):
+        part.unlink(missing_ok=True)
+        count += 1
+    if count:
+        log.info("removed %d half-written announcement files from %s", count, out_dir)
+    return count
+
+
 class GainSink:
     """Scales samples by an announcement's own volume."""
 

@@ -221,3 +221,21 @@ def test_a_full_state_disk_loses_nothing_and_the_daemon_recovers_by_itself(tmp_p
         assert len(errors) < 40, errors[-5:]
     finally:
         daemon.close()
+
+
+def test_after_a_kill_mid_announcement_the_failed_status_goes_out_and_no_partial_file_stays(daemon, watcher,
+                                                                                           broker):
+    daemon.start().wait_running()
+    long_text = " ".join(f"This is sentence number {i} of a long announcement." for i in range(1, 13))
+    Producer(broker.url).publish("edge/dev1/announce", ann("cut", long_text))
+    watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "cut" and d["state"] == "speaking")
+    daemon.kill()
+    if watcher.find("edge/dev1/announce/status", lambda d: d["id"] == "cut" and d["state"] == "done"):
+        pytest.skip("the machine spoke all 12 sentences before SIGKILL arrived")
+    partial = list(daemon.out_dir.glob(".cut.wav.*.part"))
+    assert partial  # the WAV being written when the process died
+    daemon.start().wait_running()
+    failed = watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "cut" and d["state"] == "failed")
+    assert "interrupted by a restart" in failed[0]["error"]
+    assert not list(daemon.out_dir.glob(".*.part")) and not (daemon.out_dir / "cut.wav").exists()
+    assert daemon.started_speaking().count("cut") == 1  # never spoken twice

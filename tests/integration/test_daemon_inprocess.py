@@ -162,3 +162,28 @@ def test_an_idle_voice_is_unloaded_and_comes_back_for_the_next_announcement(tmp_
     finally:
         producer.close()
         running.stop()
+
+
+def test_a_flood_of_announcements_gets_every_id_a_final_status(tmp_path, broker, watcher):
+    """1000 announcements at once against a queue of 300: each id ends done or rejected, and the
+    outbox keeps one waiting status per id instead of dropping final ones."""
+    running = Running(tmp_path, broker, {"announcements.queue_max": 300},
+                      synthesizer_factory=lambda s: ToneSynth(per_sentence_s=0.01))
+    try:
+        producer = Producer(broker.url)
+        ids = [f"flood-{i:04d}" for i in range(1000)]
+        infos = [producer.publish("edge/dev1/announce", {"id": i, "text": "Hi."}, wait=False) for i in ids]
+        for info in infos:
+            info.wait_for_publish(timeout=60)
+        final = ("done", "rejected")
+
+        def settled():
+            docs = watcher.find("edge/dev1/announce/status", lambda d: d["state"] in final)
+            return {d["id"] for d in docs} >= set(ids)
+
+        wait_until(settled, timeout=120, what="a final status for every id")
+        rejected = watcher.find("edge/dev1/announce/status", lambda d: d["state"] == "rejected")
+        assert rejected and all("queue full" in d["error"] for d in rejected)
+        assert running.daemon.bridge.outbox.dropped_final == 0
+    finally:
+        running.stop()
