@@ -190,16 +190,20 @@ def _mqtt_connect(host: str, port: int, tls: bool, timeout: float) -> tuple[bool
     return result[0] == "Success", f"MQTT CONNACK: {result[0]}"
 
 
-def check_server(ctx: Context, timeout: float) -> Check:
+def check_server(ctx: Context, timeout: float) -> Check | list[Check]:
+    """One line per configured server (`offload.server` and `offload.servers`)."""
     offload = ctx.settings.offload
-    if not offload.server:
+    if not offload.targets:
         return Check("server", True, False, "no offload server configured (local synthesis only)")
     needed = offload.policy == "remote"
-    ok, detail = _offload_probe(ctx, timeout)
-    return Check("server", ok, needed, f"{offload.server}: {detail}")
+    checks = []
+    for uri in offload.targets:
+        ok, detail = _offload_probe(ctx, uri, timeout)
+        checks.append(Check("server", ok, needed, f"{uri}: {detail}"))
+    return checks if len(checks) > 1 else checks[0]
 
 
-def _offload_probe(ctx: Context, timeout: float) -> tuple[bool, str]:
+def _offload_probe(ctx: Context, uri: str, timeout: float) -> tuple[bool, str]:
     """A real HELLO, key exchange and PING, not just an open port."""
     import asyncio
 
@@ -208,7 +212,7 @@ def _offload_probe(ctx: Context, timeout: float) -> tuple[bool, str]:
     from edge_agent.offload.client import probe
 
     offload = ctx.settings.offload
-    ep = parse_uri(offload.server, ("tcp", "tls"))
+    ep = parse_uri(uri, ("tcp", "tls"))
     psk: bytes | None = None
     tls_ca = str(offload.tls_ca) if offload.tls_ca else None
     try:

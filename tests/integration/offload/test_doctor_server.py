@@ -40,3 +40,16 @@ def test_doctor_reports_a_voice_the_server_does_not_offer(serve):
 def test_doctor_reports_an_absent_server():
     line = doctor("tcp://127.0.0.1:9", PSK.decode())
     assert line.startswith("warn") and "127.0.0.1:9" in line
+
+
+def test_doctor_checks_every_configured_server(serve):
+    from offload_helpers import free_port
+
+    server, absent = serve(), f"tcp://127.0.0.1:{free_port()}"
+    result = run_cli("doctor", "--timeout", "3", "--set", f"offload.servers=[{server.uri}, {absent}]",
+                     "--set", f"offload.voice={PIPER}", "--set", 'mqtt.broker=""',
+                     "--set", "audio.output=wav", env={"EDGE_OFFLOAD_PSK": PSK.decode()})
+    lines = [line for line in result.stdout.splitlines() if " server " in line]
+    assert len(lines) == 2
+    assert lines[0].startswith("ok") and server.uri in lines[0] and "authenticated" in lines[0]
+    assert lines[1].startswith("warn") and absent in lines[1]
