@@ -70,7 +70,7 @@ from edge_agent.providers import for_use
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Synthesizer
-from edge_agent.wyoming.service import WyomingService, load_transcriber
+from edge_agent.wyoming.service import WyomingService, load_transcriber, load_wake
 
 log = logging.getLogger(__name__)
 
@@ -443,7 +443,8 @@ class Daemon:
                 transcriber = await asyncio.to_thread(load_transcriber, self.settings)
             except EdgeError as exc:
                 log.warning("wyoming: no speech to text: %s", exc)
-        service = WyomingService(self.settings, lambda: self.synth, transcriber)
+        wake = await asyncio.to_thread(load_wake, self.settings)
+        service = WyomingService(self.settings, lambda: self.synth, transcriber, wake)
         try:
             await service.start()
         except OSError as exc:

@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
 
 def run(args: argparse.Namespace) -> int:
     from edge_agent.daemon import routed_synthesizer
-    from edge_agent.wyoming.service import WyomingService, load_transcriber
+    from edge_agent.wyoming.service import WyomingService, load_transcriber, load_wake
 
     overrides: dict[str, Any] = {}
     if args.uri:
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(verbosity=max(1, args.verbose), json_lines=settings.logging.json)
     synth = routed_synthesizer(settings)
     try:
-        service = WyomingService(settings, lambda: synth, load_transcriber(settings))
+        service = WyomingService(settings, lambda: synth, load_transcriber(settings), load_wake(settings))
         asyncio.run(_serve(service))
     finally:
         synth.close()

@@ -90,10 +90,10 @@ class AsrSession:
                           f"({', '.join(self.service.languages)})", "unsupported-language")
         self._language = language
 
-    def audio_start(self, event: Event) -> None:
+    async def audio_start(self, event: Event) -> None:
         self._recording = Recording.begin(event, self.service.settings.wyoming.max_audio_s)
 
-    def audio_chunk(self, event: Event) -> None:
+    async def audio_chunk(self, event: Event) -> None:
         if self._recording is None:
             raise Refused("audio-chunk before audio-start", "no-audio-start")
         try:

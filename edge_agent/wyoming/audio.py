@@ -46,20 +46,21 @@ def chunk_events(samples: Samples, rate: int, per_chunk: int) -> Iterator[Event]
 class Recording:
     """One client audio stream (`audio-start`, `audio-chunk`..., `audio-stop`) as 16 kHz mono float32."""
 
-    def __init__(self, start: AudioStart, max_s: float) -> None:
+    def __init__(self, start: AudioStart, max_s: float, keep: bool = True) -> None:
         try:
             check_format(start.rate, start.channels, start.width, "audio-start")
         except AudioError as exc:
             raise Refused(str(exc), "bad-audio-format") from None
         self.format = (start.rate, start.width, start.channels)
-        self.max_samples = round(max_s * TARGET_RATE)
         self.max_s = max_s
+        self.keep = keep
+        """Keep the audio for `finish` (ASR); a live stream (wake) only passes it on, unbounded."""
         self._convert = PcmConverter(start.rate, start.channels, start.width, "audio-chunk")
         self._parts: list[Samples] = []
         self.samples = 0
 
     @staticmethod
-    def begin(event: Event, max_s: float) -> Recording:
+    def begin(event: Event, max_s: float, keep: bool = True) -> Recording:
         bad = Refused("audio-start needs integer 'rate', 'width' and 'channels'", "bad-audio-format")
         try:
             start = AudioStart.from_event(event)
@@ -67,7 +68,7 @@ class Recording:
             raise bad from None
         if not all(_integer(v) for v in (start.rate, start.width, start.channels)):
             raise bad
-        return Recording(start, max_s)
+        return Recording(start, max_s, keep)
 
     def push(self, event: Event) -> Samples:
         """Add one `audio-chunk`; returns its 16 kHz samples (the resampler may hold a few back)."""
@@ -89,7 +90,9 @@ class Recording:
 
     def _add(self, samples: Samples) -> None:
         self.samples += samples.size
-        if self.samples > self.max_samples:
+        if not self.keep:
+            return
+        if self.samples > self.max_s * TARGET_RATE:
             raise Refused(f"audio longer than {self.max_s:g} s", "audio-too-long")
         if samples.size:
             self._parts.append(samples)

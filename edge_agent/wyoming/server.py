@@ -33,6 +33,7 @@ from edge_agent.wyoming.asr import AsrService, AsrSession
 from edge_agent.wyoming.audio import Refused
 from edge_agent.wyoming.framing import EventReader, FramingError, Limits, write_event
 from edge_agent.wyoming.tts import TtsService, TtsSession
+from edge_agent.wyoming.wake import WakeService, WakeSession
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class Services:
 
     tts: TtsService | None = None
     asr: AsrService | None = None
+    wake: WakeService | None = None
 
 
 class WyomingServer:
@@ -96,7 +98,8 @@ class WyomingServer:
     def info(self) -> Info:
         s = self.services
         return Info(tts=[tts.program(s.tts.voices())] if s.tts else [],
-                    asr=[s.asr.program()] if s.asr else [])
+                    asr=[s.asr.program()] if s.asr else [],
+                    wake=[s.wake.program()] if s.wake else [])
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -131,6 +134,9 @@ class Connection:
         services = server.services
         self.tts: TtsSession | None = services.tts.session(self.send) if services.tts else None
         self.asr: AsrSession | None = services.asr.session(self.send) if services.asr else None
+        self.wake: WakeSession | None = services.wake.session(self.send) if services.wake else None
+        self._audio_to: AsrSession | WakeSession | None = self.asr or self.wake
+        """Who the client's audio is for: the service of its last `transcribe` or `detect`."""
 
     async def send(self, event: Event) -> None:
         async with self._write_lock:
@@ -162,6 +168,9 @@ class Connection:
             log.exception("wyoming connection %s failed", self.peer)
             with contextlib.suppress(Exception):
                 await write_event(self.writer, Error(text=_first_line(exc), code="internal").event(), 1.0)
+        finally:
+            if self.wake is not None:
+                await self.wake.close()
         log.debug("wyoming client %s disconnected", self.peer)
 
     async def handle(self, event: Event) -> None:
@@ -174,21 +183,25 @@ class Connection:
             await self.tts.handle(event)
         elif kind == "transcribe" and self.asr is not None:
             self.asr.transcribe(event)
+            self._audio_to = self.asr
+        elif kind == "detect" and self.wake is not None:
+            self.wake.detect(event)
+            self._audio_to = self.wake
         elif kind in AUDIO_EVENTS:
             await self._audio(event)
         else:
             log.debug("wyoming %s from %s ignored", kind, self.peer)
 
     async def _audio(self, event: Event) -> None:
-        asr = self.asr
-        if asr is None:
+        target = self._audio_to
+        if target is None:
             raise Refused("this server takes no audio", "no-service")
         if event.type == "audio-start":
-            asr.audio_start(event)
+            await target.audio_start(event)
         elif event.type == "audio-chunk":
-            asr.audio_chunk(event)
+            await target.audio_chunk(event)
         else:
-            await asr.audio_stop()
+            await target.audio_stop()
 
 
 def _peer(writer: asyncio.StreamWriter) -> str:

@@ -13,12 +13,14 @@ from collections.abc import Callable
 from edge_agent.asr.listener import Transcriber
 from edge_agent.asr.whisper import WhisperOnnx, resolve_export_dir
 from edge_agent.config import Settings, parse_uri
+from edge_agent.errors import EdgeError
 from edge_agent.providers import for_use
 from edge_agent.tts.voice import Synthesizer
 from edge_agent.wyoming.advertise import Advertisement
 from edge_agent.wyoming.asr import AsrService
 from edge_agent.wyoming.server import Services, WyomingServer
 from edge_agent.wyoming.tts import TtsService
+from edge_agent.wyoming.wake import WakeService
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +35,24 @@ def load_transcriber(settings: Settings) -> Transcriber | None:
     return Transcriber(model, settings.asr)
 
 
+def load_wake(settings: Settings) -> WakeService | None:
+    """The wake word models of `wake.models`, or None (said once in the log) when one is unusable."""
+    try:
+        return WakeService.load(settings)
+    except EdgeError as exc:
+        log.warning("wyoming: no wake word detection: %s", exc)
+        return None
+
+
 class WyomingService:
     """The server and (optionally) its zeroconf advertisement, started and stopped together."""
 
     def __init__(self, settings: Settings, synth: Callable[[], Synthesizer],
-                 transcriber: Transcriber | None) -> None:
+                 transcriber: Transcriber | None, wake: WakeService | None = None) -> None:
         self.settings = settings
         services = Services(tts=TtsService(synth, settings),
-                            asr=AsrService(transcriber, settings) if transcriber is not None else None)
+                            asr=AsrService(transcriber, settings) if transcriber is not None else None,
+                            wake=wake)
         self.server = WyomingServer(services, settings.wyoming)
         self.address: tuple[str, int] | None = None
         self.advertisement: Advertisement | None = None

@@ -37,17 +37,21 @@ async def _async(make: Callable[[], Any]) -> Any:
     return make()  # built on the server's loop (its locks belong to that loop)
 
 
-def make_server(local_synth: Any, transcriber: Any, **wyoming: Any) -> ServerThread:
-    from edge_agent.config import Settings, WyomingSettings
+def make_server(local_synth: Any, transcriber: Any, wake_models: tuple[str, ...] = (),
+                **wyoming: Any) -> ServerThread:
+    from edge_agent.config import Settings, WakeSettings, WyomingSettings
     from edge_agent.wyoming.asr import AsrService
     from edge_agent.wyoming.server import Services, WyomingServer
     from edge_agent.wyoming.tts import TtsService
+    from edge_agent.wyoming.wake import WakeService
 
-    settings = Settings(wyoming=WyomingSettings(**wyoming))
+    settings = Settings(wyoming=WyomingSettings(**wyoming),
+                        wake=WakeSettings(models=wake_models) if wake_models else WakeSettings())
 
     def make() -> WyomingServer:
         services = Services(tts=TtsService(lambda: local_synth, settings),
-                            asr=AsrService(transcriber, settings) if transcriber is not None else None)
+                            asr=AsrService(transcriber, settings) if transcriber is not None else None,
+                            wake=WakeService.load(settings) if wake_models else None)
         return WyomingServer(services, settings.wyoming)
 
     return ServerThread(make)

@@ -1,0 +1,117 @@
+"""Wyoming wake word detection: `detect`, then audio -> `detection` (or `not-detected` at its end).
+
+Each audio stream gets its own `WakeEngine` (the engine keeps streaming state: a
+second client's audio must not run through the first one's windows), over the
+models `wake.models` names, checked once when the service starts. `detect` may
+narrow the stream to some of those models by name. A detection is sent as soon
+as the chunk that decided it has been fed; the stream goes on (a later phrase
+can fire again after the engine's refractory period), and `audio-stop` with no
+detection is answered `not-detected`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from wyoming.event import Event
+from wyoming.info import WakeModel, WakeProgram
+from wyoming.wake import Detection, NotDetected
+
+from edge_agent import __version__
+from edge_agent.config import Settings
+from edge_agent.wake.engine import WakeEngine
+from edge_agent.wake.models import WakeModelSpec, check_all
+from edge_agent.wyoming.audio import Recording, Refused
+from edge_agent.wyoming.tts import ATTRIBUTION
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[Event], Awaitable[None]]
+
+
+class WakeService:
+    """The wake word models every connection may ask for."""
+
+    def __init__(self, specs: Sequence[WakeModelSpec], settings: Settings) -> None:
+        self.specs = {spec.name: spec for spec in specs}
+        self.settings = settings
+
+    @staticmethod
+    def load(settings: Settings) -> WakeService:
+        """The configured models, each checked once (a custom one in a child process first)."""
+        return WakeService(check_all(settings.wake), settings)
+
+    def program(self) -> WakeProgram:
+        return WakeProgram(
+            name="edge-speech", description="edge-speech wake word (microWakeWord)", attribution=ATTRIBUTION,
+            installed=True, version=__version__,
+            models=[WakeModel(name=spec.name, description=spec.wake_word, phrase=spec.wake_word,
+                              attribution=ATTRIBUTION, installed=True, version=None, languages=["en"])
+                    for spec in self.specs.values()],
+        )
+
+    def session(self, send: Send) -> WakeSession:
+        return WakeSession(self, send)
+
+
+class WakeSession:
+    """The wake state of one connection: the models asked for and the stream being listened to."""
+
+    def __init__(self, service: WakeService, send: Send) -> None:
+        self.service = service
+        self.send = send
+        self._wanted = list(service.specs.values())
+        self._engine: WakeEngine | None = None
+        self._recording: Recording | None = None
+        self._detected = False
+
+    def detect(self, event: Event) -> None:
+        names = event.data.get("names")
+        if names is None:
+            self._wanted = list(self.service.specs.values())
+            return
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise Refused("detect 'names' must be a list of strings", "bad-request")
+        wanted = [self.service.specs[n] for n in names if n in self.service.specs]
+        if not wanted:
+            raise Refused(f"no wake word model named {', '.join(names) or '(none)'} "
+                          f"(known: {', '.join(self.service.specs)})", "unknown-wake-word")
+        self._wanted = wanted
+
+    async def audio_start(self, event: Event) -> None:
+        # No length limit: a wake stream is a live microphone; what one chunk costs is capped by the framing.
+        self._recording = Recording.begin(event, float("inf"), keep=False)
+        await self._close_engine()
+        self._engine = await asyncio.to_thread(WakeEngine, self._wanted,
+                                               self.service.settings.wake.refractory_s)
+        self._detected = False
+
+    async def audio_chunk(self, event: Event) -> None:
+        if self._recording is None or self._engine is None:
+            raise Refused("audio-chunk before audio-start", "no-audio-start")
+        samples = self._recording.push(event)
+        if not samples.size:
+            return
+        for found in await asyncio.to_thread(self._engine.feed, samples):
+            self._detected = True
+            log.info("wake word %s (p=%.2f) at %.2f s of a client's stream", found.model, found.probability,
+                     found.time)
+            await self.send(Detection(name=found.model, timestamp=round(found.time * 1000)).event())
+
+    async def audio_stop(self) -> None:
+        if self._recording is None:
+            raise Refused("audio-stop before audio-start", "no-audio-start")
+        self._recording = None
+        await self._close_engine()
+        if not self._detected:
+            await self.send(NotDetected().event())
+
+    async def close(self) -> None:
+        await self._close_engine()
+
+    async def _close_engine(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            await asyncio.to_thread(engine.close)
