@@ -15,7 +15,7 @@ from edge_agent import __version__
 from edge_agent.errors import EdgeError
 from edge_agent.logs import setup_logging
 
-COMMANDS = ("say", "transcribe", "run", "serve", "wyoming", "fleet", "models", "doctor", "bench")
+COMMANDS = ("say", "transcribe", "listen", "run", "serve", "wyoming", "fleet", "models", "doctor", "bench")
 """Verb modules under `edge_agent.commands`, each with `register(subparsers, common)`."""
 
 

@@ -14,7 +14,10 @@ Threads and loops (who owns what; also in docs/architecture.md):
   playback adds a `synth` producer thread (`audio.playback.play`) for its length.
 - `offload-client`: the offload router's connection runs its own asyncio loop in
   its own thread; the speaker thread hands each stream over to it.
-- `listener` (asr `Listener`, when an ASR model is present): calls `_on_transcript`.
+- `listener` (`listen.HearingLoop`, when an ASR model is present and `listen.mode` is not off):
+  source -> wake word -> VAD -> Whisper; calls `_on_event` (wake, transcript, end of turn).
+  A turn holds the announcer (`Announcer.hold`) and plays the chime on a short-lived `chime`
+  thread; the speaker thread's status observer opens a reply turn (`expect_reply`).
 - The Wyoming server (`wyoming.enabled`) runs on the daemon loop, one task per
   connection; its synthesis and recognition leave the loop through `asyncio.to_thread`.
 - `retire-synth`: one short-lived thread per reload that replaced the voice; it
@@ -50,8 +53,7 @@ from edge_agent import __version__
 from edge_agent.announce.journal import Journal
 from edge_agent.announce.message import FINAL_STATES
 from edge_agent.announce.pipeline import Announcer, Speaking
-from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, remove_partials
-from edge_agent.asr.listener import Listener, Transcript, build_listener
+from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, play_chime, remove_partials
 from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.audio.sinks import AudioOutput
 from edge_agent.audio.sources import WavFileSource
@@ -61,15 +63,18 @@ from edge_agent.fleet.manager import ActiveConfig, FleetManager, Report
 from edge_agent.hermes.adapter import HermesAdapter
 from edge_agent.homeassistant.adapter import HomeAssistantAdapter
 from edge_agent.homeassistant.discovery import HaTopics
+from edge_agent.listen.hearing import Event, Heard, HearingLoop, TurnEnded, WakeFilter, Woke, build_hearing
 from edge_agent.metrics import Metrics
 from edge_agent.models import ModelStore, load_catalog
 from edge_agent.mqtt.bridge import KEEP, KEEP_LEAST, KEEP_MOST, Bridge, Message
 from edge_agent.mqtt.topics import Topics
 from edge_agent.offload.router import make_synthesizer
 from edge_agent.providers import for_use
+from edge_agent.text.wer import words
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Synthesizer
+from edge_agent.wake.engine import Detection
 from edge_agent.wyoming.service import WyomingService, load_transcriber, load_wake
 
 log = logging.getLogger(__name__)
@@ -85,7 +90,7 @@ RETIRE_WAIT_S = 300.0
 """How long a replaced synthesizer waits for the announcement still using it before it is closed."""
 
 SynthesizerFactory = Callable[[Settings], Synthesizer]
-ListenerFactory = Callable[[Settings], Listener | None]
+ListenerFactory = Callable[[Settings, WakeFilter], HearingLoop | None]
 
 
 def local_synthesizer(settings: Settings) -> Synthesizer:
@@ -101,17 +106,19 @@ def routed_synthesizer(settings: Settings) -> Synthesizer:
     return make_synthesizer(settings, store)
 
 
-def asr_listener(settings: Settings) -> Listener | None:
-    """Microphone -> VAD -> Whisper, when an exported ASR model is present (None otherwise).
+def asr_listener(settings: Settings, accept_wake: WakeFilter) -> HearingLoop | None:
+    """Microphone -> wake word -> VAD -> Whisper, when an exported ASR model is present (None otherwise).
 
-    A missing microphone is an `AudioError`, a broken export a `ModelError`: both
-    leave the daemon announcing without listening, with the reason logged once.
+    A missing microphone is an `AudioError`, a broken export or wake model a `ModelError`:
+    both leave the daemon announcing without listening, with the reason logged once and on
+    its status (a wake-mode device never falls back to transcribing everything).
     """
     if not (resolve_export_dir(settings.asr, settings.models) / "manifest.json").is_file():
         return None
     store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
     path = settings.audio.input_file
-    return build_listener(settings, store, WavFileSource(path) if path is not None else None)
+    return build_hearing(settings, store, WavFileSource(path) if path is not None else None,
+                         accept_wake)
 
 
 @dataclass(frozen=True)
@@ -145,8 +152,12 @@ class Daemon:
         self._fleet_wake: asyncio.Event | None = None
         self._started = time.monotonic()
         self.bridge: Bridge | None = None
-        self.listener: Listener | None = None
         self.wyoming: WyomingService | None = None
+        self.listener: HearingLoop | None = None
+        self.listening: dict[str, Any] = {"mode": "off", "state": "off"}
+        """What the microphone does, on the status topic: mode, state (listening, unavailable, off)."""
+        self._release_timer: threading.Timer | None = None
+        self._turn_lock = threading.Lock()
         self.fleet = FleetManager(
             self.base.fleet, device=self.device, group=lambda: self.settings.device.group,
             cache_dir=self.base.models.cache_dir, validate=self._validate, activate=self._activate,
@@ -177,6 +188,7 @@ class Daemon:
             self.hermes = HermesAdapter(self.settings.hermes.site_id or self.device, self.announcements,
                                         self._publish)
             self.announcements.observe(self.hermes.on_status)
+        self.announcements.observe(self._on_announce_status)
 
     @property
     def synth(self) -> Synthesizer:
@@ -204,6 +216,7 @@ class Daemon:
         self.announcements.start()
         self._start_listener()
         await self._start_wyoming()
+        self._publish(self._status_message("online"))
         tasks = [asyncio.create_task(self._heartbeat(), name="heartbeat"),
                  asyncio.create_task(self._fleet_worker(), name="fleet")]
         if self.settings.daemon.metrics_s > 0:
@@ -228,6 +241,8 @@ class Daemon:
             self._loop.call_soon_threadsafe(self._stop_event.set)
 
     def _shutdown(self) -> None:
+        with self._turn_lock:
+            self._cancel_release()
         if self.listener is not None:
             self.listener.stop()
         self.announcements.stop()
@@ -297,6 +312,7 @@ class Daemon:
             error = self.announcements.journal.error
             if error is not None:
                 doc["journal_error"] = error  # announcements wait in the broker until it clears
+            doc["listen"] = self.listening
         return Message.json(self.topics.status, doc, qos=1, retain=True, coalesce=True)
 
     def _journal_error(self, error: str | None) -> None:
@@ -414,22 +430,36 @@ class Daemon:
     # -- listener ------------------------------------------------------------------------
 
     def _start_listener(self) -> None:
-        if not self.settings.daemon.listen or self._mic_muted:
+        settings = self.settings
+        mode = settings.listen.mode if settings.daemon.listen else "off"
+        if mode == "off":
+            log.info("not listening: listen.mode is off")
+            return
+        if self._mic_muted:
+            self.listening = {"mode": mode, "state": "muted"}
             return
         try:
-            self.listener = self._make_listener(self.settings)
+            self.listener = self._make_listener(settings, self._accept_wake)
         except EdgeError as exc:
-            log.warning("not listening: %s", exc)
+            log.error("not listening: %s", exc)
+            self.listening = {"mode": mode, "state": "unavailable", "error": str(exc)}
             return
         if self.listener is None:
             log.info("not listening: no ASR model present")
+            self.listening = {"mode": mode, "state": "unavailable", "error": "no ASR model present"}
             return
 
         def on_error(exc: BaseException) -> None:
             log.error("listener stopped: %s", exc)
+            self.listening = {"mode": mode, "state": "unavailable", "error": str(exc)}
+            self._publish(self._status_message("online"))
 
-        self.listener.start(self._on_transcript, on_error=on_error)
-        log.info("listening")
+        self.listening = {"mode": mode, "state": "listening"}
+        if mode == "wake":
+            self.listening["wake_words"] = list(settings.wake.models)
+        self.listener.start(self._on_event, on_error=on_error,
+                            on_end=lambda: log.info("listener ended (its source closed)"))
+        log.info("listening", extra={"mode": mode})
 
     # -- Wyoming -------------------------------------------------------------------------
 
@@ -452,18 +482,68 @@ class Daemon:
             return
         self.wyoming = service
 
-    def _on_transcript(self, transcript: Transcript) -> None:
-        quiet_s = time.monotonic() - self.announcements.last_spoke
-        if self.announcements.busy.is_set() or quiet_s < ECHO_TAIL_S:
-            # Most likely our own voice through the microphone.
-            log.info("transcript while speaking ignored: %s", transcript.text)
-            return
+    # -- the conversation turn -----------------------------------------------------------
+
+    def _accept_wake(self, detection: Detection) -> bool:
+        """Whether a wake word heard now starts a turn (the listener thread asks).
+
+        While the device speaks: `wake.during_playback: ignore` drops it; otherwise it
+        is barge-in, unless the announcement being spoken says the wake phrase itself
+        (the microphone hears our own voice fire the model: measured in
+        tests/integration/test_daemon_turn.py), which is taken for self-hearing and dropped.
+        """
+        if not self.announcements.busy.is_set():
+            return True
+        if self.settings.wake.during_playback == "ignore":
+            return False
+        current = self.announcements.current
+        return current is None or not says(current.text, detection.wake_word)
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, Woke):
+            self._on_wake(event)
+        elif isinstance(event, Heard):
+            self._on_heard(event)
+        elif isinstance(event, TurnEnded):
+            self._on_turn_end(event)
+
+    def _on_wake(self, event: Woke) -> None:
+        self.metrics.inc("wakes")
+        with self._turn_lock:  # nothing is spoken over the command but its answer
+            self._cancel_release()
+        self.announcements.hold()
+        log.info("wake word %s", event.detection.wake_word,
+                 extra={"conversation_id": event.conversation_id, "probability": event.detection.probability})
+        doc = {"wake_word": event.detection.wake_word, "conversation_id": event.conversation_id,
+               "ts": round(time.time(), 3)}
+        self._publish(Message.json(self.topics.wake, doc, qos=1))
+        if self.hermes is not None:
+            self.hermes.wake_detected(event.detection.model, session_id=event.conversation_id)
+        if self.settings.wake.chime:
+            opener = self.announcements.speaking.opener
+            name = f"wake-{event.conversation_id}"
+            threading.Thread(target=_chime, args=(opener, name), name="chime", daemon=True).start()
+
+    def _on_heard(self, event: Heard) -> None:
+        transcript = event.transcript
+        if event.conversation_id is None:  # listen.mode always: everything the microphone hears
+            quiet_s = time.monotonic() - self.announcements.last_spoke
+            if self.announcements.busy.is_set() or quiet_s < ECHO_TAIL_S:
+                # Most likely our own voice through the microphone.
+                log.info("transcript while speaking ignored: %s", transcript.text)
+                return
         self.metrics.inc("transcripts")
-        doc = {"text": transcript.text, "start": round(float(transcript.start), 3),
-               "end": round(float(transcript.end), 3), "ts": round(time.time(), 3)}
+        doc: dict[str, Any] = {"text": transcript.text, "start": round(float(transcript.start), 3),
+                               "end": round(float(transcript.end), 3), "ts": round(time.time(), 3)}
+        if event.conversation_id is not None:
+            doc["conversation_id"] = event.conversation_id
+            self.metrics.observe("end_of_speech_to_transcript_s", transcript.latency_s)
+        if event.wake_word is not None:
+            doc["wake_word"] = event.wake_word
         self._publish(Message.json(self.topics.transcript, doc, qos=1))
         if self.hermes is not None:
-            self.hermes.text_captured(transcript.text, float(transcript.end - transcript.start))
+            self.hermes.text_captured(transcript.text, float(transcript.end - transcript.start),
+                                      wake_word=event.wake_word, session_id=event.conversation_id)
 
     # -- what Home Assistant may change (`homeassistant.adapter.Controls`; the MQTT thread) ---------
 
@@ -494,8 +574,57 @@ class Daemon:
             if self._mic_muted and self.listener is not None:
                 listener, self.listener = self.listener, None
                 await asyncio.to_thread(listener.stop)
+                self.listening = {"mode": self.listening.get("mode", "off"), "state": "muted"}
+                self._publish(self._status_message("online"))
             elif not self._mic_muted and self.listener is None:
                 await asyncio.to_thread(self._start_listener)
+                self._publish(self._status_message("online"))
+
+    def _on_turn_end(self, event: TurnEnded) -> None:
+        """A held announcement waits `listen.answer_wait_s` for the answer, then resumes."""
+        if not self.announcements.held:
+            return
+        wait = self.settings.listen.answer_wait_s if event.reason == "heard" else 0.0
+        with self._turn_lock:
+            self._cancel_release()
+            self._release_timer = threading.Timer(wait, self._release)
+            self._release_timer.daemon = True
+            self._release_timer.start()
+
+    def _cancel_release(self) -> None:
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
+
+    def _release(self) -> None:
+        with self._turn_lock:
+            self._release_timer = None
+        self.announcements.release()
+
+    def _on_announce_status(self, doc: dict[str, Any]) -> None:
+        """The speaker thread's statuses: an answer releases a hold; `expect_reply` opens a turn."""
+        if doc.get("state") not in ("done", "failed", "expired"):
+            return
+        if doc.get("conversation_id") is not None and self.announcements.held:
+            self._release()
+        if doc.get("expect_reply") and self.listener is not None and self.listening.get("mode") == "wake":
+            conversation_id = str(doc.get("conversation_id") or doc.get("id"))
+            log.info("listening for a reply", extra={"conversation_id": conversation_id, "id": doc.get("id")})
+            self.listener.hearing.open_turn(conversation_id)
+
+
+def says(text: str, phrase: str) -> bool:
+    """Whether `text` contains the words of `phrase` in order (case and punctuation aside)."""
+    spoken, target = words(text), words(phrase)
+    n = len(target)
+    return n > 0 and any(spoken[i:i + n] == target for i in range(len(spoken) - n + 1))
+
+
+def _chime(opener: SinkOpener, name: str) -> None:
+    try:
+        play_chime(opener, name)
+    except Exception as exc:
+        log.warning("chime not played: %s", exc)
 
 
 def _close(synth: Synthesizer) -> None:

@@ -53,6 +53,14 @@ class Announcement:
     """Play a short attention chime first."""
     received_at: float = 0.0
     """Unix seconds when the device accepted it."""
+    conversation_id: str | None = None
+    """The answer to the conversation turn with this id: spoken next, ahead of queued ones."""
+    expect_reply: bool = False
+    """Open the microphone for one command (no wake word) once it has been spoken."""
+
+    @property
+    def answer(self) -> bool:
+        return self.conversation_id is not None
 
     def expired(self, now: float | None = None) -> bool:
         return self.expires_at is not None and (time.time() if now is None else now) >= self.expires_at
@@ -115,10 +123,18 @@ def check_announcement(doc: Mapping[str, Any], settings: AnnouncementSettings, v
     chime = doc.get("chime", False)
     if not isinstance(chime, bool):
         raise reject("'chime' must be true or false")
+    conversation_id = doc.get("conversation_id")
+    if conversation_id is not None and (not isinstance(conversation_id, str)
+                                        or not ID_PATTERN.match(conversation_id)):
+        raise reject("'conversation_id' must be 1-128 characters of letters, digits and ._:@+=-")
+    expect_reply = doc.get("expect_reply", False)
+    if not isinstance(expect_reply, bool):
+        raise reject("'expect_reply' must be true or false")
     return Announcement(
         id=ann_id, text=text, voice=voice, priority=priority,
         expires_at=float(expires_at) if expires_at is not None else None,
         volume=float(volume), chime=chime, received_at=time.time() if now is None else now,
+        conversation_id=conversation_id, expect_reply=expect_reply,
     )
 
 

@@ -78,6 +78,23 @@ class Announcer:
         self._idle.set()
         self.last_spoke = float("-inf")
         """`time.monotonic()` when speech last ended."""
+        self.current: Announcement | None = None
+        """The announcement being spoken (a listener can tell its own voice by its text)."""
+
+    # -- conversation turns (any thread) -------------------------------------------------
+
+    def hold(self) -> None:
+        """Pause for a conversation turn: the announcement playing stops at its next sentence
+        boundary and waits, queued, with everything else; only answers are spoken until `release`."""
+        self.queue.hold(True)
+
+    def release(self) -> None:
+        """End a `hold`: the paused announcement resumes where it stopped."""
+        self.queue.hold(False)
+
+    @property
+    def held(self) -> bool:
+        return self.queue.held
 
     # -- what it speaks with (any thread) ---------------------------------------------
 
@@ -245,11 +262,12 @@ class Announcer:
         speaking = self._speaking
 
         def should_stop() -> bool:
-            if self._stopping.is_set():
+            if self._stopping.is_set() or (self.queue.held and not ann.answer):
                 return True
             top = self.queue.top_priority()
             return speaking.settings.interrupt and top is not None and top > ann.priority
 
+        self.current = ann
         try:
             result = speak(item, speaking.synth, speaking.opener, should_stop=should_stop,
                            on_start=started, budget_s=speaking.settings.max_audio_s - item.spent_s)
@@ -261,6 +279,7 @@ class Announcer:
             self._status(ann.id, "failed", error=error)
             return
         finally:
+            self.current = None
             self.last_spoke = time.monotonic()
             self.busy.clear()
             self._idle.set()
@@ -275,11 +294,12 @@ class Announcer:
                        "(announcements.max_audio_s)"}
                 log.warning("announcement truncated: %s", cut["error"], extra={"id": ann.id})
             self.journal.finish(ann.id, "done", engine=result.engine, **cut)
-            self._status(ann.id, "done", engine=result.engine, **cut)
+            self._status(ann.id, "done", engine=result.engine, **cut, **_turn(ann))
             return
         self.journal.requeue(ann.id, result.resume)
         self.queue.put(ann, result.resume, result.sink, seq=item.seq, spent_s=item.spent_s + result.audio_s)
-        why = "shutting down" if self._stopping.is_set() else "a more urgent announcement"
+        why = ("shutting down" if self._stopping.is_set()
+               else "a conversation turn" if self.queue.held else "a more urgent announcement")
         log.info("stopped before sentence %d for %s; resumes later", result.resume, why,
                  extra={"id": ann.id})
         self._status(ann.id, "queued", priority=ann.priority, resume=result.resume)
@@ -299,3 +319,11 @@ class Announcer:
                 observer(doc)
             except Exception:
                 log.exception("an announcement status observer failed", extra={"id": ann_id})
+
+
+def _turn(ann: Announcement) -> dict[str, Any]:
+    """What a `done` status tells the listener about a conversation turn."""
+    turn: dict[str, Any] = {"conversation_id": ann.conversation_id} if ann.answer else {}
+    if ann.expect_reply:
+        turn["expect_reply"] = True
+    return turn

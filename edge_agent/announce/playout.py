@@ -114,6 +114,22 @@ def chime(sample_rate: int) -> Samples:
     return np.concatenate(parts)
 
 
+CUE_RATE = 22050
+
+
+def play_chime(opener: SinkOpener, name: str) -> None:
+    """The chime alone, on the announcements' output (a conversation turn's cue to speak).
+
+    With a directory opener it is `<out_dir>/<name>.wav`."""
+    sink = opener.open(Announcement(id=name, text="(chime)"), CUE_RATE)
+    try:
+        sink.write(chime(sink.sample_rate))
+    except BaseException:
+        sink.abort()
+        raise
+    sink.close()
+
+
 @dataclass
 class Spoken:
     """The outcome of one `speak` call."""

@@ -1,4 +1,5 @@
-"""Announcements waiting to be spoken, highest priority first, then oldest first."""
+"""Announcements waiting to be spoken: answers to a conversation turn first, then highest priority,
+then oldest."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from edge_agent.announce.message import Announcement
 class Item:
     """A queued announcement and where to resume it."""
 
-    sort_key: tuple[int, int] = field(init=False, repr=False)
+    sort_key: tuple[int, int, int] = field(init=False, repr=False)
     announcement: Announcement = field(compare=False)
     seq: int = field(compare=False, default=-1)
     """Arrival order; an interrupted announcement keeps its own."""
@@ -27,7 +28,7 @@ class Item:
     """Audio already spoken before an interruption (it counts against `max_audio_s`)."""
 
     def __post_init__(self) -> None:
-        self.sort_key = (-self.announcement.priority, self.seq)
+        self.sort_key = (0 if self.announcement.answer else 1, -self.announcement.priority, self.seq)
 
 
 class AnnouncementQueue:
@@ -37,6 +38,7 @@ class AnnouncementQueue:
         self._heap: list[Item] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()
+        self._held = False
 
     def put(self, announcement: Announcement, resume: int = 0, sink: Any = None,
             seq: int | None = None, spent_s: float = 0.0) -> Item:
@@ -47,11 +49,24 @@ class AnnouncementQueue:
             return item
 
     def get(self, timeout: float) -> Item | None:
-        """The most urgent item, waiting up to `timeout` seconds for one."""
+        """The most urgent item (while held, only an answer), waiting up to `timeout` for one."""
         with self._cond:
-            if not self._heap:
+            if not self._ready():
                 self._cond.wait(timeout)
-            return heapq.heappop(self._heap) if self._heap else None
+            return heapq.heappop(self._heap) if self._ready() else None
+
+    def _ready(self) -> bool:
+        return bool(self._heap) and (not self._held or self._heap[0].announcement.answer)
+
+    @property
+    def held(self) -> bool:
+        return self._held
+
+    def hold(self, held: bool) -> None:
+        """While held, `get` hands out only answers to a conversation turn."""
+        with self._cond:
+            self._held = held
+            self._cond.notify_all()
 
     def top_priority(self) -> int | None:
         with self._cond:

@@ -1,26 +1,24 @@
 """Listening: audio source -> VAD segmenter -> Whisper, one transcript per utterance as it ends.
 
 `Transcriber` turns one `Utterance` into a `Transcript` (or None when Whisper
-hears no speech in it). `Listener` runs the whole chain over a source in one
-worker thread: the VAD costs microseconds a frame, so while Whisper works on
-one utterance the source's own queue (the sound card's) holds the audio that
-keeps coming, and nothing runs ahead of the transcripts it produces.
+hears no speech in it); `Transcribing` is that as a push/flush stage, and
+`Listener` pumps a source through it in one worker thread (`audio.pump`): the
+VAD costs microseconds a frame, so while Whisper works on one utterance the
+source's own queue (the sound card's) holds the audio that keeps coming.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from types import TracebackType
 
 from edge_agent.asr.whisper import Padding, WhisperOnnx
+from edge_agent.audio.frames import Samples
+from edge_agent.audio.pump import Pump
 from edge_agent.audio.sources import AudioSource
 from edge_agent.config import AsrSettings, Settings
 from edge_agent.models.store import ModelStore
+from edge_agent.vad.classifiers import SAMPLE_RATE
 from edge_agent.vad.segmenter import Segmenter, Utterance
 
 log = logging.getLogger(__name__)
@@ -89,52 +87,26 @@ class ListenerStats:
     latencies: list[float] = field(default_factory=list)
 
 
-class Listener:
-    """Transcripts of everything said on `source`, each delivered as its utterance ends.
+class Transcribing:
+    """The push/flush stage of a listener: VAD utterances in, transcripts out."""
 
-    Three ways to consume it, pick one per listener:
-
-    - iterate in the caller's thread: ``for t in listener: ...`` (ends with the
-      source; errors such as a truncated file are raised from the loop);
-    - callbacks from a worker thread: ``listener.start(on_transcript, on_error)``,
-      later ``listener.stop()`` (also a context manager: ``with listener.start(cb): ...``);
-    - asyncio: ``async for t in listener.stream(): ...`` (the blocking work stays in
-      the worker thread; leaving the loop stops the listener).
-
-    Each `Transcript` carries `text`, `start` and `end` in seconds of stream time.
-    `stop()` closes the source, so a live microphone is released at once.
-    """
-
-    def __init__(self, source: AudioSource, segmenter: Segmenter, transcriber: Transcriber) -> None:
-        self.source = source
+    def __init__(self, segmenter: Segmenter, transcriber: Transcriber) -> None:
         self.segmenter = segmenter
         self.transcriber = transcriber
         self.stats = ListenerStats()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    # -- synchronous -------------------------------------------------------------
+    def push(self, block: Samples) -> list[Transcript]:
+        self.stats.audio_s += block.size / SAMPLE_RATE
+        return self._transcribe_all(self.segmenter.push(block))
 
-    def __iter__(self) -> Iterator[Transcript]:
-        try:
-            for block in self.source.blocks():
-                if self._stopping.is_set():
-                    return
-                self.stats.audio_s += block.size / self.source.sample_rate
-                for utterance in self.segmenter.push(block):
-                    transcript = self._transcribe(utterance)
-                    if transcript is not None:
-                        yield transcript
-            if self._stopping.is_set():
-                return
-            for utterance in self.segmenter.flush():
-                transcript = self._transcribe(utterance)
-                if transcript is not None:
-                    yield transcript
-        finally:
-            self.source.close()
+    def flush(self) -> list[Transcript]:
+        return self._transcribe_all(self.segmenter.flush())
 
-    def _transcribe(self, utterance: Utterance) -> Transcript | None:
+    def _transcribe_all(self, utterances: list[Utterance]) -> list[Transcript]:
+        heard = (self.transcribe(u) for u in utterances)
+        return [t for t in heard if t is not None]
+
+    def transcribe(self, utterance: Utterance) -> Transcript | None:
         self.stats.utterances += 1
         transcript = self.transcriber(utterance)
         if transcript is not None:
@@ -144,79 +116,32 @@ class Listener:
                      transcript.asr_s, transcript.text)
         return transcript
 
-    # -- worker thread -------------------------------------------------------------
 
-    def start(self, on_transcript: Callable[[Transcript], None],
-              on_error: Callable[[BaseException], None] | None = None,
-              on_end: Callable[[], None] | None = None) -> Listener:
-        """Listen in a worker thread, calling `on_transcript` from it for each transcript."""
-        if self._thread is not None:
-            raise RuntimeError("this listener has already been started")
+class Listener(Pump[Transcript]):
+    """Transcripts of everything said on `source`, each delivered as its utterance ends.
 
-        def work() -> None:
-            try:
-                for transcript in self:
-                    on_transcript(transcript)
-            except BaseException as exc:
-                if self._stopping.is_set():  # closing the source under a read is how stop() works
-                    log.debug("listener stopped while reading: %s", exc)
-                elif on_error is None:
-                    log.exception("listener failed")
-                else:
-                    on_error(exc)
-            finally:
-                if on_end is not None:
-                    on_end()
+    A `Pump` (iterate, `start(on_transcript)` / `stop()`, or `async for t in
+    listener.stream()`) over the `Transcribing` stage. Each `Transcript` carries
+    `text`, `start` and `end` in seconds of stream time.
+    """
 
-        self._thread = threading.Thread(target=work, name="listener", daemon=True)
-        self._thread.start()
-        return self
+    thread_name = "listener"
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop listening: close the source and wait for the worker (and its current utterance)."""
-        self._stopping.set()
-        self.source.close()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-            if thread.is_alive():
-                log.warning("listener still busy %.0f s after stop", timeout)
+    def __init__(self, source: AudioSource, segmenter: Segmenter, transcriber: Transcriber) -> None:
+        self.transcribing = Transcribing(segmenter, transcriber)
+        super().__init__(source, self.transcribing)
 
     @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+    def segmenter(self) -> Segmenter:
+        return self.transcribing.segmenter
 
-    def __enter__(self) -> Listener:
-        return self
+    @property
+    def transcriber(self) -> Transcriber:
+        return self.transcribing.transcriber
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
-    # -- asyncio ---------------------------------------------------------------------
-
-    async def stream(self) -> AsyncIterator[Transcript]:
-        """Transcripts as an async iterator; the listener's work runs in its worker thread."""
-        loop = asyncio.get_running_loop()
-        # Unbounded on purpose: transcripts arrive at the pace of speech, a few a minute.
-        items: asyncio.Queue[Transcript | BaseException | None] = asyncio.Queue()
-
-        def post(item: Transcript | BaseException | None) -> None:
-            # RuntimeError: the loop closed under us, so nobody is listening any more.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(items.put_nowait, item)
-
-        self.start(post, on_error=post, on_end=lambda: post(None))
-        try:
-            while True:
-                item = await items.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            await asyncio.to_thread(self.stop)
+    @property
+    def stats(self) -> ListenerStats:
+        return self.transcribing.stats
 
 
 def build_listener(settings: Settings, store: ModelStore, source: AudioSource | None = None) -> Listener:

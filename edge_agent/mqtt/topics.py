@@ -82,6 +82,10 @@ class Topics:
         return f"{self.prefix}/{self.device}/transcript"
 
     @property
+    def wake(self) -> str:
+        return f"{self.prefix}/{self.device}/wake"
+
+    @property
     def config_status(self) -> str:
         return f"{self.prefix}/{self.device}/config/status"
 

@@ -94,6 +94,23 @@ class Segmenter:
     def in_speech(self) -> bool:
         return self._open is not None
 
+    @property
+    def silence_ms(self) -> float:
+        """Non-speech since the last speech frame of the open utterance (0 when none is open)."""
+        return self._open.silence_run * self.frame_ms if self._open is not None else 0.0
+
+    def peek(self) -> Utterance | None:
+        """The open utterance as it would end now (speech so far and a short tail), leaving it open.
+
+        For deciding early: a caller may transcribe it and, if that is enough, `discard` the rest.
+        """
+        return self._utterance(self._open, cut=False) if self._open is not None else None
+
+    def discard(self) -> None:
+        """Forget the open utterance and the pre-roll (the stream position keeps counting)."""
+        self._open = None
+        self._preroll.clear()
+
     def push(self, block: Samples) -> list[Utterance]:
         """Classify `block` (16 kHz mono) and return every utterance that ended in it."""
         data = np.concatenate([self._pending, block]) if self._pending.size else block
@@ -148,23 +165,28 @@ class Segmenter:
         assert current is not None
         self._open = None
         # Keep pre-roll continuity: the frames after the speech become the next pre-roll.
-        after = len(current.frames) - (current.last_speech_end - current.audio_start) // self.frame
         if not cut:
-            for frame in current.frames[len(current.frames) - after:]:
+            for frame in current.frames[len(current.frames) - self._after_speech(current):]:
                 self._preroll.append(frame)
-        keep = len(current.frames) - max(0, after - self._tail)
-        speech_ms = round(current.speech_frames * self.frame_ms)
-        if speech_ms < self.settings.min_utterance_ms:
+        if round(current.speech_frames * self.frame_ms) < self.settings.min_utterance_ms:
             self.stats.dropped_short += 1
             return None
         self.stats.utterances += 1
         self.stats.cuts += cut
+        return self._utterance(current, cut)
+
+    def _after_speech(self, current: _Open) -> int:
+        """Frames of the open utterance after its last speech frame."""
+        return len(current.frames) - (current.last_speech_end - current.audio_start) // self.frame
+
+    def _utterance(self, current: _Open, cut: bool) -> Utterance:
+        keep = len(current.frames) - max(0, self._after_speech(current) - self._tail)
         return Utterance(
             samples=np.concatenate(current.frames[:keep]),
             start=current.start / SAMPLE_RATE,
             end=current.last_speech_end / SAMPLE_RATE,
             audio_start=current.audio_start / SAMPLE_RATE,
             ended_at=self._pos / SAMPLE_RATE,
-            speech_ms=speech_ms,
+            speech_ms=round(current.speech_frames * self.frame_ms),
             cut=cut,
         )

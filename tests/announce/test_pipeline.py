@@ -275,3 +275,52 @@ def test_an_announcement_is_cut_at_its_audio_budget_and_the_status_says_so(pipel
     assert len(wav.samples) == round(0.12 * 16000)
     assert wav_levels(tmp_path / "out" / "long.wav") == [0.1, 0.2, 0.3]  # the third cut short
     assert p.service.journal.get("long").extra["truncated"] is True
+
+
+# -- conversation turns ------------------------------------------------------------------
+
+
+def test_an_answer_with_a_conversation_id_is_spoken_before_queued_ones_of_any_priority(pipeline):
+    p = pipeline()
+    for ann_id, prio in (("low", 1), ("urgent", 9)):
+        p.send({"id": ann_id, "text": "Hi.", "priority": prio})
+    p.send({"id": "answer", "text": "It is noon.", "priority": 0, "conversation_id": "c1"})
+    p.service.start()
+    wait_until(lambda: len(p.order()) == 3)
+    assert p.order() == ["answer", "urgent", "low"]
+    done = next(d for d in p.statuses if d["id"] == "answer" and d["state"] == "done")
+    assert done["conversation_id"] == "c1" and "expect_reply" not in done
+
+
+def test_a_hold_pauses_at_a_sentence_boundary_lets_only_answers_through_and_release_resumes(
+        pipeline, tmp_path):
+    opener = GatedOpener(tmp_path / "out", gated="news")
+    p = pipeline(opener=opener)
+    p.service.start()
+    p.send({"id": "news", "text": "One. Two. Three."})
+    assert opener.entered.wait(30)  # "news" is writing its first sentence
+    p.service.hold()  # a wake word: barge-in
+    p.send({"id": "other", "text": "Later.", "priority": 9})
+    opener.gate.set()
+    wait_until(lambda: p.states("news")[-1:] == ["queued"], what="news paused")
+    p.send({"id": "answer", "text": "Yes.", "conversation_id": "c9"})
+    p.wait_state("answer", "done")
+    assert p.order() == ["answer"] and p.states("other") == ["queued"]  # held: only the answer
+    p.service.release()
+    p.wait_state("news", "done")
+    wait_until(lambda: len(p.order()) == 3)
+    assert p.order() == ["answer", "other", "news"]
+    assert wav_levels(tmp_path / "out" / "news.wav") == [0.1, 0.2, 0.3]  # whole, resumed in place
+
+
+def test_conversation_fields_are_checked_and_expect_reply_is_reported_when_spoken(pipeline):
+    p = pipeline()
+    p.send({"id": "bad1", "text": "Hi.", "conversation_id": 5})
+    p.send({"id": "bad2", "text": "Hi.", "expect_reply": "yes"})
+    rejected = {d["id"]: d["error"] for d in p.statuses if d["state"] == "rejected"}
+    assert "'conversation_id' must be" in rejected["bad1"] and "'expect_reply' must be" in rejected["bad2"]
+    p.send({"id": "ask", "text": "Which room?", "expect_reply": True})
+    p.service.start()
+    p.wait_state("ask", "done")
+    done = next(d for d in p.statuses if d["id"] == "ask" and d["state"] == "done")
+    assert done["expect_reply"] is True

@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from edge_agent.asr.listener import Transcript
 from edge_agent.audio.wav import read_wav
 from edge_agent.daemon import Daemon, SettingsSource
 from edge_agent.homeassistant.discovery import NOTIFY_TEMPLATE
+from edge_agent.listen import Heard
 from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, wait_until
 
 
@@ -44,7 +46,7 @@ class InProcess:
         source = SettingsSource(config, {"mqtt.broker": broker.url, "device.id": "dev1",
                                          "daemon.out_dir": str(self.out), **overrides})
         self.daemon = Daemon(source, synthesizer_factory=lambda s: ToneSynth(),
-                             listener_factory=lambda s: Listening())
+                             listener_factory=lambda s, accept_wake: Listening())
         self.thread = threading.Thread(target=lambda: asyncio.run(self.daemon.run()), daemon=True)
         self.thread.start()
         wait_until(lambda: self.daemon.bridge is not None and self.daemon.bridge.connected, what="connect")
@@ -162,7 +164,7 @@ def test_hermes_say_for_our_site_is_spoken_once_and_answered_with_say_finished(
         finished = everything.wait("hermes/tts/sayFinished")
         everything.wait("edge/dev1/announce/status", lambda d: d.get("duplicate"))
         running.daemon.announcements.last_spoke = float("-inf")  # past the echo guard after speaking
-        running.daemon._on_transcript(_Heard("turn on the lights", 1.0, 2.5))
+        running.daemon._on_event(Heard(Transcript("turn on the lights", 1.0, 2.5), "conv-1", "Okay Nabu"))
         captured = everything.wait("hermes/asr/textCaptured")
     finally:
         running.stop()
@@ -170,8 +172,4 @@ def test_hermes_say_for_our_site_is_spoken_once_and_answered_with_say_finished(
     assert [p.name for p in (tmp_path / "out").glob("*.wav")] == ["hermes:say-1:sess-9.wav"]
     assert captured[0]["text"] == "turn on the lights" and captured[0]["siteId"] == "kitchen"
     assert captured[0]["seconds"] == 1.5
-
-
-class _Heard:
-    def __init__(self, text: str, start: float, end: float) -> None:
-        self.text, self.start, self.end = text, start, end
+    assert captured[0]["sessionId"] == "conv-1" and captured[0]["wakewordId"] == "Okay Nabu"

@@ -2,32 +2,31 @@
 
 import asyncio
 import threading
-from dataclasses import dataclass
 
 import pytest
 
+from edge_agent.asr.listener import Transcript
 from edge_agent.daemon import Daemon, SettingsSource, local_synthesizer
+from edge_agent.listen import Heard
 from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, signed, wait_until
 
 
-@dataclass(frozen=True)
-class Heard:
-    text: str
-    start: float
-    end: float
+def heard(text: str, start: float, end: float) -> Heard:
+    """What the hearing loop reports for an utterance in `listen.mode: always`."""
+    return Heard(Transcript(text, start, end))
 
 
 class ScriptedListener:
-    """A `Listener` that reports the utterances it is given, from its own thread."""
+    """A hearing loop that reports the events it is given, from its own thread."""
 
-    def __init__(self, utterances):
-        self.utterances = utterances
+    def __init__(self, events):
+        self.events = events
         self.stopped = threading.Event()
 
-    def start(self, on_transcript, on_error=None, on_end=None):
+    def start(self, on_event, on_error=None, on_end=None):
         def work():
-            for heard in self.utterances:
-                on_transcript(heard)
+            for event in self.events:
+                on_event(event)
             self.stopped.wait()
 
         threading.Thread(target=work, daemon=True).start()
@@ -62,15 +61,15 @@ def watcher(broker):
 
 
 def test_transcripts_are_published_but_not_while_the_device_speaks(tmp_path, broker, watcher):
-    listener = ScriptedListener([Heard("turn on the lights", 1.25, 2.5), Heard("what time is it", 4.0, 5.1)])
-    running = Running(tmp_path, broker, synthesizer_factory=lambda s: ToneSynth(),
-                      listener_factory=lambda s: listener)
+    listener = ScriptedListener([heard("turn on the lights", 1.25, 2.5), heard("what time is it", 4.0, 5.1)])
+    running = Running(tmp_path, broker, {"listen.mode": "always"}, synthesizer_factory=lambda s: ToneSynth(),
+                      listener_factory=lambda s, accept_wake: listener)
     try:
         got = watcher.wait("edge/dev1/transcript", count=2)
         assert [(d["text"], d["start"], d["end"]) for d in got] == [
             ("turn on the lights", 1.25, 2.5), ("what time is it", 4.0, 5.1)]
         running.daemon.announcements.busy.set()  # speaking: what the microphone hears is ourselves
-        running.daemon._on_transcript(Heard("announcement 7", 9.0, 10.0))
+        running.daemon._on_event(heard("announcement 7", 9.0, 10.0))
         running.daemon.announcements.busy.clear()
         assert watcher.find("edge/dev1/transcript", lambda d: d["text"] == "announcement 7") == []
     finally:
@@ -186,4 +185,63 @@ def test_a_flood_of_announcements_gets_every_id_a_final_status(tmp_path, broker,
         assert rejected and all("queue full" in d["error"] for d in rejected)
         assert running.daemon.bridge.outbox.dropped_final == 0
     finally:
+        running.stop()
+
+
+class TurnListener(ScriptedListener):
+    """A scripted hearing loop that also records the reply turns the daemon opens."""
+
+    def __init__(self, events):
+        super().__init__(events)
+        self.hearing = self
+        self.opened: list[str] = []
+
+    def open_turn(self, conversation_id):
+        self.opened.append(conversation_id)
+
+
+def test_a_turn_publishes_wake_and_transcript_holds_announcements_and_the_answer_goes_first(
+        tmp_path, broker, watcher):
+    from edge_agent.listen import TurnEnded, Woke
+    from edge_agent.wake import Detection
+
+    listener = TurnListener([])
+    running = Running(tmp_path, broker, {"listen.answer_wait_s": 30.0},
+                      synthesizer_factory=lambda s: ToneSynth(),
+                      listener_factory=lambda s, accept_wake: listener)
+    producer = Producer(broker.url)
+    daemon = running.daemon
+    try:
+        daemon._on_event(Woke(Detection("okay_nabu", "Okay Nabu", 3.2, 0.97), "c1"))
+        wake = watcher.wait("edge/dev1/wake")[0]
+        assert (wake["wake_word"], wake["conversation_id"]) == ("Okay Nabu", "c1")
+        assert daemon.announcements.held
+        producer.publish("edge/dev1/announce", {"id": "queued", "text": "Meanwhile.", "priority": 9})
+        daemon._on_event(Heard(Transcript("what time is it", 3.4, 4.5), "c1", "Okay Nabu"))
+        daemon._on_event(TurnEnded("c1", "heard", 4.8))
+        doc = watcher.wait("edge/dev1/transcript")[0]
+        assert (doc["text"], doc["conversation_id"]) == ("what time is it", "c1")
+        assert doc["wake_word"] == "Okay Nabu"
+        producer.publish("edge/dev1/announce", {"id": "answer", "text": "Noon.", "conversation_id": "c1"})
+        watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "queued" and d["state"] == "done")
+        spoken = [d["id"] for d in watcher.find("edge/dev1/announce/status", lambda d: d["state"] == "done")]
+        assert spoken == ["answer", "queued"]  # the answer released the hold (30 s not waited)
+        assert (tmp_path / "out" / "wake-c1.wav").is_file()
+    finally:
+        producer.close()
+        running.stop()
+
+
+def test_expect_reply_opens_exactly_one_turn_after_it_is_spoken(tmp_path, broker, watcher):
+    listener = TurnListener([])
+    running = Running(tmp_path, broker, synthesizer_factory=lambda s: ToneSynth(),
+                      listener_factory=lambda s, accept_wake: listener)
+    producer = Producer(broker.url)
+    try:
+        producer.publish("edge/dev1/announce", {"id": "ask", "text": "Which room?", "expect_reply": True})
+        producer.publish("edge/dev1/announce", {"id": "plain", "text": "Done."})
+        watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "plain" and d["state"] == "done")
+        assert listener.opened == ["ask"]
+    finally:
+        producer.close()
         running.stop()

@@ -16,12 +16,14 @@ def spoken_file(tmp_path, clips) -> tuple:
     return write_wav(tmp_path / "heard.wav", np.concatenate(parts)), texts
 
 
-def test_daemon_publishes_a_transcript_per_utterance(tmp_path, broker, whisper_dir, espeak_clips):
+def test_daemon_in_always_mode_publishes_a_transcript_per_utterance(tmp_path, broker, whisper_dir,
+                                                                   espeak_clips):
     wav, texts = spoken_file(tmp_path, espeak_clips)
     watcher = Watcher(broker.url)
     daemon = DaemonProcess(tmp_path / "d", broker.url, extra_env={})
     daemon.config = tmp_path / "listen.yaml"
-    daemon.config.write_text(f"asr:\n  model: {whisper_dir}\naudio:\n  input_file: {wav}\n")
+    daemon.config.write_text(f"asr:\n  model: {whisper_dir}\naudio:\n  input_file: {wav}\n"
+                             "listen:\n  mode: always\n")
     try:
         daemon.start()
         heard = watcher.wait("edge/dev1/transcript", count=2, timeout=120)

@@ -22,7 +22,7 @@ def test_the_daemon_serves_wyoming_with_its_own_synthesizer_and_stops_it(tmp_pat
     source = SettingsSource(config, {"mqtt.broker": broker.url, "device.id": "dev1",
                                      "daemon.out_dir": str(tmp_path / "out"), "wyoming.enabled": True,
                                      "wyoming.uri": "tcp://127.0.0.1:0", "wyoming.zeroconf": False})
-    daemon = Daemon(source, synthesizer_factory=lambda s: synth, listener_factory=lambda s: None)
+    daemon = Daemon(source, synthesizer_factory=lambda s: synth, listener_factory=lambda s, accept_wake: None)
     thread = threading.Thread(target=lambda: asyncio.run(daemon.run()), daemon=True)
     thread.start()
     try:

@@ -1,0 +1,90 @@
+"""`edge-agent listen [--input FILE.wav | -] [--json]`: the hearing loop, printing its events."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+from edge_agent.audio.sources import AudioSource, WavFileSource, open_pcm_stdin
+from edge_agent.commands.context import Context
+from edge_agent.errors import UsageError
+from edge_agent.listen import Event, Heard, TurnEnded, Woke, build_hearing
+
+log = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+             common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "listen", parents=[common], help="the hearing loop: wake word, command, transcript",
+        description="Listen as the daemon does (listen.mode: wake or always) on the microphone, a "
+                    "PCM WAV file or raw 16-bit little-endian PCM on stdin ('-'), and print each "
+                    "wake word, transcript and end of turn.")
+    p.add_argument("--input", metavar="FILE.wav", help="a WAV file, or '-' for raw PCM on stdin "
+                   "(default: the microphone, audio.input_device)")
+    p.add_argument("--mode", choices=("wake", "always"), help="override listen.mode")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per line: {\"event\": \"wake\"|\"transcript\"|\"turn_end\", ...}")
+    p.add_argument("--rate", type=int, default=16000, help="sample rate of raw PCM on stdin (Hz)")
+    p.add_argument("--channels", type=int, default=1, help="channels of raw PCM on stdin")
+    p.set_defaults(handler=run)
+
+
+def open_input(args: argparse.Namespace) -> AudioSource | None:
+    if args.input is None:
+        return None
+    if args.input == "-":
+        return open_pcm_stdin(args.rate, args.channels)
+    path = Path(args.input)
+    if path.is_dir():
+        raise UsageError(f"{path}: is a directory")
+    return WavFileSource(path)
+
+
+def event_json(event: Event) -> dict[str, object]:
+    """The JSON line for an event (the MQTT payloads' fields, plus stream times)."""
+    ts = round(time.time(), 3)
+    if isinstance(event, Woke):
+        return {"event": "wake", "wake_word": event.detection.wake_word, "model": event.detection.model,
+                "conversation_id": event.conversation_id, "time": round(event.detection.time, 3), "ts": ts}
+    if isinstance(event, Heard):
+        doc: dict[str, object] = {"event": "transcript", **event.transcript.to_json(), "ts": ts}
+        if event.conversation_id is not None:
+            doc["conversation_id"] = event.conversation_id
+        if event.wake_word is not None:
+            doc["wake_word"] = event.wake_word
+        return doc
+    return {"event": "turn_end", "conversation_id": event.conversation_id, "reason": event.reason,
+            "time": round(event.time, 3), "ts": ts}
+
+
+def event_line(event: Event) -> str:
+    if isinstance(event, Woke):
+        return f"[{event.detection.time:7.2f}] wake: {event.detection.wake_word}"
+    if isinstance(event, Heard):
+        t = event.transcript
+        return f"[{t.start:7.2f} -> {t.end:7.2f}] {t.text}"
+    assert isinstance(event, TurnEnded)
+    return f"[{event.time:7.2f}] turn ended ({event.reason})"
+
+
+def run(args: argparse.Namespace) -> int:
+    ctx = Context(args, {"listen.mode": args.mode} if args.mode else None)
+    settings = ctx.settings
+    if settings.listen.mode == "off":
+        raise UsageError("listen.mode is off (use --mode wake or --mode always)")
+    source = open_input(args)  # bad input fails here, before any model is loaded
+    try:
+        loop = build_hearing(settings, ctx.store, source)
+    except BaseException:
+        if source is not None:
+            source.close()
+        raise
+    for event in loop:
+        print(json.dumps(event_json(event), ensure_ascii=False) if args.json else event_line(event),
+              flush=True)
+    log.info("%.1f s of audio heard", loop.audio_s)
+    return 0

@@ -1,0 +1,7 @@
+"""Hearing: wake word, one command, transcript (`listen.mode`), over any audio source."""
+
+from __future__ import annotations
+
+from edge_agent.listen.hearing import Event, Heard, Hearing, HearingLoop, TurnEnded, Woke, build_hearing
+
+__all__ = ["Event", "Heard", "Hearing", "HearingLoop", "TurnEnded", "Woke", "build_hearing"]

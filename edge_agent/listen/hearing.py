@@ -1,0 +1,265 @@
+"""The hearing loop as a push/flush stage: wake word -> one command -> transcript (or everything).
+
+Modes (`listen.mode`):
+
+- `wake`: every block goes to the wake engine; nothing reaches the VAD or Whisper
+  until a wake word fires. Then a turn opens: the audio after the detection is
+  segmented, and the first utterance Whisper hears speech in is the command; the
+  turn ends with it, or `listen.command_timeout_s` after it opened (speech still
+  going on then is cut there and transcribed). `open_turn` opens a turn without a
+  wake word (an announcement that expects a reply).
+- `always`: every utterance is transcribed; there are no turns.
+
+Ending early (`listen.early_end_ms`): in a turn, at the first pause of that length
+the speech so far is transcribed; if Whisper hears a complete sentence (it ends
+with `.`, `?` or `!`) the turn ends there instead of after the VAD's hangover.
+Otherwise the turn goes on and the utterance is transcribed again when it ends.
+
+A pure state machine like `vad.segmenter`: no threads, no I/O; `audio.pump`
+runs it over a source. Times are seconds of stream time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from edge_agent.asr.listener import Transcriber, Transcribing, Transcript
+from edge_agent.audio.frames import Samples
+from edge_agent.audio.pump import Pump
+from edge_agent.audio.sources import AudioSource
+from edge_agent.config import ListenSettings, Settings
+from edge_agent.errors import UsageError
+from edge_agent.models.store import ModelStore
+from edge_agent.wake.engine import SAMPLE_RATE, Detection, WakeEngine
+
+log = logging.getLogger(__name__)
+
+COMPLETE = (".", "?", "!")
+"""Sentence ends that let a turn end at the first pause."""
+
+
+@dataclass(frozen=True)
+class Woke:
+    """A wake word opened a turn."""
+
+    detection: Detection
+    conversation_id: str
+
+
+@dataclass(frozen=True)
+class Heard:
+    """A transcript: the command of a turn, or (mode `always`) any utterance."""
+
+    transcript: Transcript
+    conversation_id: str | None = None
+    wake_word: str | None = None
+    early: bool = False
+    """Decided at the first pause rather than after the VAD's hangover."""
+
+
+@dataclass(frozen=True)
+class TurnEnded:
+    """A turn is over."""
+
+    conversation_id: str
+    reason: Literal["heard", "timeout"]
+    time: float
+
+
+Event = Woke | Heard | TurnEnded
+WakeFilter = Callable[[Detection], bool]
+
+
+@dataclass
+class _Turn:
+    conversation_id: str
+    wake_word: str | None
+    deadline: int
+    """Stream sample at which the turn times out."""
+    offset: float
+    """Stream time minus segmenter time (the segmenter only hears turns)."""
+    tried_early: bool = False
+
+
+class Hearing:
+    """Feed 16 kHz blocks with `push`; get the events they caused."""
+
+    def __init__(self, mode: Literal["wake", "always"], transcribing: Transcribing,
+                 wake: WakeEngine | None, settings: ListenSettings,
+                 accept_wake: WakeFilter | None = None) -> None:
+        if mode == "wake" and wake is None:
+            raise ValueError("wake mode needs a wake engine")
+        self.mode = mode
+        self.transcribing = transcribing
+        self.wake = wake
+        self.settings = settings
+        self.accept_wake = accept_wake
+        """Asked for each detection; False drops it (the daemon's playback policy)."""
+        self._frame = transcribing.segmenter.frame
+        self._pos = 0
+        self._now = 0
+        """Stream sample up to which the current turn has been segmented."""
+        self._turn: _Turn | None = None
+        self._requested: str | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def position(self) -> float:
+        return self._pos / SAMPLE_RATE
+
+    @property
+    def in_turn(self) -> bool:
+        return self._turn is not None
+
+    def open_turn(self, conversation_id: str) -> None:
+        """Open a turn without a wake word at the next block (any thread; wake mode only)."""
+        with self._lock:
+            self._requested = conversation_id
+
+    # -- stage -------------------------------------------------------------------
+
+    def push(self, block: Samples) -> list[Event]:
+        if self.mode == "always":
+            self._pos += block.size
+            return [Heard(t) for t in self.transcribing.push(block)]
+        assert self.wake is not None
+        start = self._pos
+        self._pos += block.size
+        events: list[Event] = []
+        with self._lock:
+            requested, self._requested = self._requested, None
+        if requested is not None and self._turn is None:
+            self._open(requested, None, start)
+        detections = self.wake.feed(block)
+        if self._turn is not None:
+            events += self._command(block, start)
+            return events
+        for detection in detections:
+            if self.accept_wake is not None and not self.accept_wake(detection):
+                log.info("wake word %s at %.2f s ignored", detection.model, detection.time)
+                continue
+            at = min(max(0, round(detection.time * SAMPLE_RATE) - start), block.size)
+            conversation_id = uuid.uuid4().hex
+            self._open(conversation_id, detection.wake_word, start + at)
+            events.append(Woke(detection, conversation_id))
+            events += self._command(block[at:], start + at)
+            break
+        return events
+
+    def flush(self) -> list[Event]:
+        if self.mode == "always":
+            return [Heard(t) for t in self.transcribing.flush()]
+        if self._turn is None:
+            return []
+        self._now = self._pos
+        return self._finish(self.transcribing.flush(), "timeout")
+
+    # -- the turn ----------------------------------------------------------------
+
+    def _open(self, conversation_id: str, wake_word: str | None, at: int) -> None:
+        segmenter = self.transcribing.segmenter
+        segmenter.discard()
+        deadline = at + round(self.settings.command_timeout_s * SAMPLE_RATE)
+        self._turn = _Turn(conversation_id, wake_word, deadline, at / SAMPLE_RATE - segmenter.position)
+
+    def _command(self, samples: Samples, start: int) -> list[Event]:
+        """Segment `samples` frame by frame (so a pause or the deadline is seen where it happens)."""
+        segmenter = self.transcribing.segmenter
+        for offset in range(0, samples.size, self._frame):
+            turn = self._turn
+            if turn is None:
+                return []
+            piece = samples[offset:offset + self._frame]
+            self._now = start + offset + piece.size
+            transcripts = self.transcribing.push(piece)
+            if transcripts:
+                return self._finish(transcripts, "heard")
+            if segmenter.in_speech and segmenter.silence_ms == 0:
+                turn.tried_early = False  # speech goes on: its next pause may end the turn
+            elif segmenter.in_speech:
+                early = self._try_early(turn)
+                if early:
+                    return early
+            if self._now >= turn.deadline:
+                return self._finish(self.transcribing.flush(), "timeout")
+        return []
+
+    def _try_early(self, turn: _Turn) -> list[Event]:
+        early_ms = self.settings.early_end_ms
+        segmenter = self.transcribing.segmenter
+        if early_ms <= 0 or turn.tried_early or segmenter.silence_ms < early_ms:
+            return []
+        turn.tried_early = True
+        utterance = segmenter.peek()
+        if utterance is None or utterance.speech_ms < segmenter.settings.min_utterance_ms:
+            return []
+        transcript = self.transcribing.transcribe(utterance)
+        if transcript is None or not transcript.text.rstrip().endswith(COMPLETE):
+            return []
+        segmenter.discard()
+        return self._finish([transcript], "heard", early=True)
+
+    def _finish(self, transcripts: list[Transcript], reason: Literal["heard", "timeout"],
+                early: bool = False) -> list[Event]:
+        turn = self._turn
+        assert turn is not None
+        self._turn = None
+        self.transcribing.segmenter.discard()
+        events: list[Event] = []
+        if transcripts:
+            text = " ".join(t.text.strip() for t in transcripts)
+            first, last = transcripts[0], transcripts[-1]
+            transcript = Transcript(text=text, start=first.start + turn.offset, end=last.end + turn.offset,
+                                    tokens=first.tokens,
+                                    no_speech_prob=first.no_speech_prob, avg_logprob=first.avg_logprob,
+                                    asr_s=sum(t.asr_s for t in transcripts), latency_s=last.latency_s,
+                                    cut=last.cut)
+            events.append(Heard(transcript, turn.conversation_id, turn.wake_word, early))
+            reason = "heard"
+        events.append(TurnEnded(turn.conversation_id, reason, self._now / SAMPLE_RATE))
+        return events
+
+
+class HearingLoop(Pump[Event]):
+    """`Hearing` pumped over a source (see `audio.pump.Pump` for the ways to consume it)."""
+
+    thread_name = "listener"
+
+    def __init__(self, source: AudioSource, hearing: Hearing) -> None:
+        super().__init__(source, hearing)
+        self.hearing = hearing
+
+    @property
+    def transcriber(self) -> Transcriber:
+        """Whisper as this loop uses it (the Wyoming service shares it)."""
+        return self.hearing.transcribing.transcriber
+
+
+def build_hearing(settings: Settings, store: ModelStore, source: AudioSource | None = None,
+                  accept_wake: WakeFilter | None = None) -> HearingLoop:
+    """The hearing loop as configured (`listen.mode` wake or always).
+
+    Models load first (the wake models, then VAD and Whisper), so a bad wake model or
+    a missing export fails before the microphone is opened; a wake-mode loop without
+    a usable wake model is never built (nothing falls back to transcribing everything).
+    """
+    from edge_agent.asr.whisper import WhisperOnnx
+    from edge_agent.audio.sources import SoundDeviceSource
+    from edge_agent.vad import make_segmenter
+
+    mode = settings.listen.mode
+    if mode == "off":
+        raise UsageError("listen.mode is off: nothing listens")
+    wake = WakeEngine.load(settings.wake) if mode == "wake" else None
+    segmenter = make_segmenter(settings.vad, store)
+    model = WhisperOnnx.from_settings(settings.asr, settings.models)
+    transcribing = Transcribing(segmenter, Transcriber(model, settings.asr))
+    hearing = Hearing(mode, transcribing, wake, settings.listen, accept_wake)
+    if source is None:
+        source = SoundDeviceSource(settings.audio.input_device)
+    return HearingLoop(source, hearing)

@@ -1,0 +1,130 @@
+"""The hearing loop on real models: microWakeWord, webrtcvad and the exported Whisper."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from speech_fixtures import run_cli, silence, write_wav
+
+from edge_agent.asr.listener import Transcriber, Transcribing
+from edge_agent.bench.clips import load_16k, piper_clip
+from edge_agent.config import AsrSettings, ListenSettings, VadSettings, WakeSettings
+from edge_agent.listen import Heard, Hearing, TurnEnded, Woke
+from edge_agent.text.wer import wer
+from edge_agent.vad import Segmenter, WebRtcClassifier
+from edge_agent.wake import WakeEngine
+
+WAKE_COMMAND = "Okay Nabu, turn on the kitchen lights."
+COMMAND = "Set a timer for ten minutes."
+OTHER = "What is the weather like tomorrow?"
+
+
+@pytest.fixture(scope="module")
+def speech(clip_cache: Path, piper_voice) -> dict[str, np.ndarray]:
+    texts = (WAKE_COMMAND, COMMAND, OTHER)
+    return {text: load_16k(piper_clip(text, clip_cache, piper_voice)) for text in texts}
+
+
+@pytest.fixture(scope="module")
+def wake_engine() -> WakeEngine:
+    return WakeEngine.load(WakeSettings())
+
+
+def hearing(whisper, wake_engine, mode="wake", **listen) -> Hearing:
+    wake_engine.reset()
+    segmenter = Segmenter(WebRtcClassifier(2), VadSettings())
+    transcribing = Transcribing(segmenter, Transcriber(whisper, AsrSettings()))
+    return Hearing(mode, transcribing, wake_engine if mode == "wake" else None, ListenSettings(**listen))
+
+
+def run(h: Hearing, audio: np.ndarray, block: int = 480) -> list:
+    events = []
+    for start in range(0, len(audio), block):
+        events += h.push(audio[start:start + block])
+    return events + h.flush()
+
+
+def test_a_wake_word_opens_one_turn_whose_transcript_is_the_command(whisper, wake_engine, speech):
+    audio = np.concatenate([silence(0.5), speech[WAKE_COMMAND], silence(1.5), speech[OTHER], silence(1.5)])
+    events = run(hearing(whisper, wake_engine), audio)
+    assert [type(e) for e in events] == [Woke, Heard, TurnEnded]
+    woke, heard, ended = events
+    assert woke.detection.model == "okay_nabu" and heard.wake_word == "Okay Nabu"
+    assert heard.conversation_id == woke.conversation_id == ended.conversation_id
+    assert wer(["turn on the kitchen lights"], [heard.transcript.text]) == 0
+    assert woke.detection.time <= heard.transcript.start < heard.transcript.end < ended.time
+    # The second sentence came after the turn without a wake word: never transcribed.
+
+
+def test_without_a_wake_word_nothing_is_transcribed_in_wake_mode_and_everything_in_always(
+        whisper, wake_engine, speech):
+    audio = np.concatenate([silence(0.5), speech[COMMAND], silence(1.0), speech[OTHER], silence(1.0)])
+    h = hearing(whisper, wake_engine)
+    assert run(h, audio) == []
+    assert h.transcribing.stats.utterances == 0  # Whisper never ran
+    heard = run(hearing(whisper, wake_engine, mode="always"), audio)
+    assert [type(e) for e in heard] == [Heard, Heard]
+    assert wer([COMMAND, OTHER], [e.transcript.text for e in heard]) <= 0.2
+    assert all(e.conversation_id is None for e in heard)
+
+
+def test_open_turn_listens_for_exactly_one_command_without_a_wake_word(whisper, wake_engine, speech):
+    h = hearing(whisper, wake_engine)
+    h.open_turn("conv-7")
+    audio = np.concatenate([silence(0.3), speech[COMMAND], silence(1.0), speech[OTHER], silence(1.0)])
+    events = run(h, audio)
+    assert [type(e) for e in events] == [Heard, TurnEnded]
+    assert events[0].conversation_id == "conv-7" and events[0].wake_word is None
+    assert wer([COMMAND], [events[0].transcript.text]) <= 0.2
+
+
+def test_a_turn_with_no_command_ends_at_the_timeout(whisper, wake_engine, speech):
+    h = hearing(whisper, wake_engine, command_timeout_s=1.5)
+    wake_only = speech[WAKE_COMMAND][: round(1.0 * 16000)]  # "Okay Nabu" and no command
+    events = run(h, np.concatenate([silence(0.5), wake_only, silence(4.0)]))
+    assert isinstance(events[0], Woke) and isinstance(events[-1], TurnEnded), events
+    assert events[-1].reason == "timeout"
+    assert events[-1].time == pytest.approx(events[0].detection.time + 1.5, abs=0.05)
+
+
+def test_a_rejected_wake_word_opens_no_turn(whisper, wake_engine, speech):
+    h = hearing(whisper, wake_engine)
+    h.accept_wake = lambda detection: False
+    assert run(h, np.concatenate([silence(0.5), speech[WAKE_COMMAND], silence(1.5)])) == []
+
+
+def test_ending_at_a_confident_pause_is_sooner_with_the_same_words(whisper, wake_engine, speech):
+    audio = np.concatenate([silence(0.5), speech[WAKE_COMMAND], silence(1.5)])
+    early = [e for e in run(hearing(whisper, wake_engine, early_end_ms=150), audio) if isinstance(e, Heard)]
+    late = [e for e in run(hearing(whisper, wake_engine, early_end_ms=0), audio) if isinstance(e, Heard)]
+    assert early[0].early and not late[0].early
+    assert early[0].transcript.text == late[0].transcript.text
+    assert early[0].transcript.latency_s < late[0].transcript.latency_s - 0.25
+
+
+def test_listen_cli_prints_one_wake_and_one_transcript_as_json(tmp_path, whisper_dir, speech):
+    wav = write_wav(tmp_path / "turn.wav", np.concatenate([silence(0.5), speech[WAKE_COMMAND], silence(2.0)]))
+    result = run_cli("listen", "--input", str(wav), "--json", "--set", f"asr.model={whisper_dir}")
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [e["event"] for e in events] == ["wake", "transcript", "turn_end"]
+    assert events[0]["wake_word"] == "Okay Nabu"
+    assert "kitchen lights" in events[1]["text"].lower()
+    assert events[1]["conversation_id"] == events[0]["conversation_id"]
+
+
+def test_listen_cli_with_a_corrupt_custom_model_is_one_line_and_exit_2(tmp_path, whisper_dir, speech):
+    (tmp_path / "mine.tflite").write_bytes(b"\x00" * 4096)
+    (tmp_path / "mine.json").write_text(json.dumps({
+        "wake_word": "Mine", "model": "mine.tflite",
+        "micro": {"probability_cutoff": 0.9, "sliding_window_size": 5}}))
+    wav = write_wav(tmp_path / "turn.wav", np.concatenate([silence(0.5), speech[WAKE_COMMAND]]))
+    result = run_cli("listen", "--input", str(wav), "--set", f"asr.model={whisper_dir}",
+                     "--set", f"wake.models=[{tmp_path / 'mine.json'}]")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"edge-agent: error: wake model {tmp_path / 'mine.tflite'}: not a TensorFlow Lite model "
+        "(the flatbuffer does not verify)"]
