@@ -533,8 +533,13 @@ class OffloadSettings:
     """Reconnect backoff bounds (exponential, full jitter)."""
     max_frame_bytes: int = 65536
     """Largest frame payload accepted from the server."""
+    max_request_chars: int = 5000
+    """Most characters of text one request carries (a server refuses more than its
+    `server.max_text_chars`); a longer text goes as several requests, one after another."""
 
     def __post_init__(self) -> None:
+        if self.max_request_chars < 1:
+            raise ValueError(f"max_request_chars: {self.max_request_chars} is below 1")
         if self.server:
             try:
                 parse_uri(self.server, ("tcp", "tls"))

@@ -94,6 +94,8 @@ class ServerInfo:
     authenticated: bool
     """False when the server runs without a key (insecure loopback mode)."""
     rtt_s: float = 0.0
+    max_frame: int = 65536
+    """Largest frame payload the server accepts (a request must fit in one)."""
 
 
 StreamSink = Callable[["Message | OffloadError"], None]
@@ -174,6 +176,9 @@ class ClientConnection:
         except ConnectionClosed:
             self._streams.pop(stream, None)
             raise Unavailable("connection closed") from None
+        except ValueError as exc:  # over the server's frame limit: not sent, the caller goes on
+            self._streams.pop(stream, None)
+            raise Unavailable(f"request not sent: {exc}") from None
         return stream
 
     async def cancel(self, stream: int) -> None:
@@ -308,7 +313,7 @@ async def _handshake(conn: FramedConnection, psk: bytes | None, max_frame: int,
     if not agreed:
         raise UnexpectedMessage("the server agreed to no codec this client has")
     return ServerInfo(challenge.name, agreed, {v.id: v.sample_rate for v in welcome.voices},
-                      authenticated=psk is not None, rtt_s=rtt)
+                      authenticated=psk is not None, rtt_s=rtt, max_frame=challenge.max_frame)
 
 
 # -- synchronous side ------------------------------------------------------------
@@ -666,4 +671,4 @@ async def probe(endpoint: Endpoint, psk: bytes | None, *, timeout: float, tls_ca
     finally:
         await conn.close()
     info = conn.info
-    return ServerInfo(info.name, info.codecs, info.voices, info.authenticated, rtt)
+    return ServerInfo(info.name, info.codecs, info.voices, info.authenticated, rtt, info.max_frame)

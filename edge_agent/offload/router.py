@@ -125,19 +125,31 @@ class SynthRouter:
 
     def _from_server(self, client: OffloadClient, sentences: list[str], voice: str, out_rate: int,
                      progress: _Progress) -> Generator[AudioChunk, None, str]:
-        """Stream `sentences[progress.index:]` from one server; returns "" or why it stopped."""
+        """Stream `sentences[progress.index:]` from one server, as many requests as its limits
+        need, one after another; returns "" or why it stopped."""
+        while progress.index < len(sentences):
+            failure = yield from self._request(client, sentences, voice, out_rate, progress)
+            if failure:
+                return failure
+        return ""
+
+    def _request(self, client: OffloadClient, sentences: list[str], voice: str, out_rate: int,
+                 progress: _Progress) -> Generator[AudioChunk, None, str]:
+        """One request: the sentences from `progress.index` that fit the server's limits."""
         s = self.settings
         info = client.info
         codec, rate = self._wire_format(info.codecs if info else frozenset({Codec.PCM16}), out_rate)
         start = progress.index
+        end = request_end(sentences, start, s.max_request_chars,
+                          (info.max_frame if info else 65536) - _SYNTH_OVERHEAD - len(voice.encode()))
         try:
-            remote = client.open_stream(sentences[start:], voice, codec, rate, s.first_audio_deadline_s)
+            remote = client.open_stream(sentences[start:end], voice, codec, rate, s.first_audio_deadline_s)
         except Unavailable as exc:
             return f"{client.uri}: {exc}"
         gap = np.zeros(round(self.tts.sentence_silence_s * out_rate), dtype=np.float32)
         first = True
         try:
-            while progress.index < len(sentences):
+            while progress.index < end:
                 now = time.monotonic()
                 if first:
                     timeout = max(progress.first_by, progress.heard_until) - now
@@ -145,7 +157,8 @@ class SynthRouter:
                     timeout = max(s.sentence_timeout_s, progress.heard_until - now)
                 sentence = remote.next_sentence(max(timeout, 0.0))
                 if sentence is None:
-                    raise OffloadError(f"stream ended after {progress.index} of {len(sentences)} sentences")
+                    raise OffloadError(f"stream ended after {progress.index - start} of {end - start} "
+                                       "sentences")
                 audio = resample(sentence.samples, sentence.sample_rate, out_rate)
                 audio = np.concatenate([audio, gap])
                 now = time.monotonic()
@@ -214,3 +227,22 @@ def make_synthesizer(settings: Settings, store: ModelStore) -> SynthRouter:
         pool = ServerPool(offload, load_psk(offload.psk_file))
         pool.start()
     return SynthRouter(local, offload, pool)
+
+
+_SYNTH_OVERHEAD = 64
+"""Bytes of a SYNTH payload besides its text and voice id (fixed fields, length prefixes), with room."""
+
+
+def request_end(sentences: list[str], start: int, max_chars: int, max_bytes: int) -> int:
+    """End of the run of sentences from `start` that one request may carry: at most `max_chars`
+    characters and `max_bytes` of UTF-8 (newline-separated), and always at least one sentence."""
+    chars = size = 0
+    end = start
+    while end < len(sentences):
+        sentence = sentences[end]
+        chars += len(sentence)
+        size += len(sentence.encode()) + 1
+        if end > start and (chars > max_chars or size > max_bytes):
+            break
+        end += 1
+    return end

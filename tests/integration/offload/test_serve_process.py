@@ -141,3 +141,26 @@ def test_serve_reports_a_port_in_use():
                          env={"EDGE_OFFLOAD_PSK": PSK.decode()}, timeout=60)
     assert result.returncode == 2
     assert "cannot listen" in result.stderr
+
+
+def test_say_remote_with_more_text_than_one_request_holds_sends_several(serve_process, tmp_path):
+    """Text over what one request may carry goes as several requests, all remote (over the
+    frame limit, `say --remote` used to end with a traceback, exit 1)."""
+    server = serve_process(PIPER)
+    out = tmp_path / "long.wav"
+    text = " ".join(f"Turn left at light {i}." for i in range(8))  # about 190 characters
+    result = run_cli("say", "-v", "--remote", server.uri, "--voice", PIPER, "--out", str(out), text,
+                     "--set", "offload.max_request_chars=50", env={"EDGE_OFFLOAD_PSK": PSK.decode()})
+    assert result.returncode == 0, result.stderr
+    assert "(engine: remote)" in result.stdout and "in 8 sentences (remote)" in result.stderr
+    assert out.stat().st_size > 44 + 8 * 22050  # 8 sentences of at least half a second
+
+
+def test_request_end_keeps_each_request_within_the_servers_limits():
+    from edge_agent.offload.router import request_end
+
+    sentences = ["abc", "défg", "h" * 10, "i"]
+    assert request_end(sentences, 0, max_chars=7, max_bytes=1000) == 2
+    assert request_end(sentences, 0, max_chars=100, max_bytes=10) == 2  # "abc\\n" + "défg\\n" (5 bytes)
+    assert request_end(sentences, 2, max_chars=5, max_bytes=5) == 3  # one sentence always goes
+    assert request_end(sentences, 3, max_chars=5, max_bytes=5) == 4
