@@ -14,6 +14,7 @@ SUBJECTS = {
     "mqtt": "edge_agent.bench.mqtt",
     "fleet": "edge_agent.bench.fleet",
     "failover": "edge_agent.bench.failover",
+    "wyoming": "edge_agent.bench.wyoming",
     "startup": "edge_agent.bench.startup",
 }
 """Subject name -> module with `add_arguments(parser)` and `run(ctx, args) -> int`."""
