@@ -205,6 +205,8 @@ def _start(ctx: Context, args: argparse.Namespace, free: Sequence[int]) -> dict[
             "--set", f"models.cache_dir={settings.models.cache_dir}"]
     if args.config:
         ours += ["--config", args.config]
+    for item in args.overrides:  # the bench's own --set (asr.variant, tts.threads, ...) reach our server
+        ours += ["--set", item]
     servers = {"ours": Server("edge-agent wyoming", ours, None)}
     if args.no_peers:
         return servers
