@@ -23,7 +23,8 @@ import logging
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,8 @@ Transcribe = Callable[[Samples], str]
 GOALS = {"ratio": 0.8, "torch_ratio": 0.4, "peak_rss_mb": 300.0}
 """Targets: ours / faster-whisper int8 (at equal or better WER), ours / PyTorch, MB with VAD + ASR + voice."""
 REFERENCE_PADDING = "30 s (Whisper's own padding)"
+REFERENCE_GROUP = "edge_speech.asr_references"
+"""Entry point group of reference engines: name -> `(CTranslate2 dir, threads) -> transcribe`."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -150,14 +153,21 @@ def _faster_whisper(ct2_dir: Path, threads: int) -> Transcribe | None:
     return run
 
 
-def _torch(ct2_dir: Path, threads: int) -> Transcribe | None:
-    try:  # the exporter's PyTorch reference, only where the export extra is installed
-        from exporters.whisper.reference import Reference, load_model, set_threads
-    except ImportError:
-        return None
-    set_threads(threads)
-    ref = Reference(load_model(ct2_dir))
-    return lambda audio: ref.transcribe(audio).text
+def references(entries: Iterable[EntryPoint] | None = None,
+               ) -> dict[str, Callable[[Path, int], Transcribe | None]]:
+    """Reference engines by name: faster-whisper, and those other packages offer (REFERENCE_GROUP).
+
+    The PyTorch reference lives with the exporter, which the runtime must not import: it
+    comes in through the entry point group, and is absent where the `export` extra is not
+    installed (loading it fails for want of torch).
+    """
+    found: dict[str, Callable[[Path, int], Transcribe | None]] = {"faster-whisper-int8": _faster_whisper}
+    for entry in entry_points(group=REFERENCE_GROUP) if entries is None else entries:
+        try:
+            found[entry.name] = entry.load()
+        except ImportError as exc:
+            log.info("ASR reference %s is not available here: %s", entry.name, exc)
+    return found
 
 
 def latency(model: WhisperOnnx, ctx: Context, audio: list[Samples]) -> dict[str, Any]:
@@ -281,7 +291,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             engines[f"ours-{variant}-full30s"] = _Ours(model, Padding("full"), asr.max_tokens)
     ct2_dir = None if args.no_reference else _source_dir(ctx, manifest.source)
     if ct2_dir is not None:
-        for name, make in (("faster-whisper-int8", _faster_whisper), ("torch-fp32", _torch)):
+        for name, make in references().items():
             fn = make(ct2_dir, asr.threads)
             if fn is not None:
                 engines[name] = fn
