@@ -79,7 +79,7 @@ def _progress(args: argparse.Namespace) -> Progress:
 
 
 def run_whisper(args: argparse.Namespace) -> int:
-    from exporters.clips import clip_set
+    from edge_agent.bench.clips import clip_set
     from exporters.manifest import read_manifest
     from exporters.report import variant_table
     from exporters.whisper.pipeline import (
@@ -101,7 +101,7 @@ def run_whisper(args: argparse.Namespace) -> int:
         progress(f"{out}: up to date (same source sha256 and variants); --force re-exports")
         manifest = read_manifest(out)
     else:
-        clips = clip_set(store.cache_dir, store, progress)
+        clips = clip_set(store, threads=args.threads)
         manifest = export_whisper(source, out, clips, options, progress)
     print(variant_table(manifest))
     print(out)

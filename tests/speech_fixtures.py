@@ -99,8 +99,8 @@ def whisper_dir(shared_cache: Path) -> Path:
     if env:
         return Path(env)
     pytest.importorskip("torch", reason="exporting Whisper needs the export extra")
+    from edge_agent.bench.clips import clip_set
     from edge_agent.models import ModelStore, load_catalog
-    from exporters.clips import clip_set
     from exporters.progress import Progress
     from exporters.whisper.pipeline import ExportOptions, export_whisper, resolve_source, up_to_date
 
@@ -110,7 +110,7 @@ def whisper_dir(shared_cache: Path) -> Path:
     out = shared_cache / "exported-tests" / f"tiny.en-{source.sha256[:16]}"
     options = ExportOptions(variants=("fp32", "int8", "fp16", "int4"))
     if not up_to_date(out, source, options):
-        export_whisper(source, out, clip_set(shared_cache, store), options, progress)
+        export_whisper(source, out, clip_set(store), options, progress)
     return out
 
 

@@ -1,9 +1,9 @@
-"""Speech clips with known text, made on this machine: espeak-ng and our own Piper voice.
+"""The one set of speech clips with known text, made on this machine: espeak-ng and our Piper voice.
 
-No recordings ship with the project; the ASR benchmark and tests synthesize
-smart-speaker commands instead, once, and keep them in `<cache>/clips/` keyed by
-engine, voice and text (a clip is never regenerated, so every later run measures
-the very same audio).
+No recordings ship with the project. `bench asr`, the exporter (`edge-export whisper`) and the
+tests all draw from one set, smart-speaker commands and one paragraph, synthesized once and kept
+in `<models.cache_dir>/clips/` keyed by engine, voice and text: a clip is never regenerated, so
+every later run, and every consumer, measures the very same audio.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,10 @@ from edge_agent.audio.frames import Samples
 from edge_agent.audio.resample import resample
 from edge_agent.audio.sinks import WavSink
 from edge_agent.audio.wav import read_wav
+from edge_agent.config import TtsSettings
 from edge_agent.errors import AudioError, UsageError
+from edge_agent.models import ModelStore
+from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Voice, synthesize
 
 COMMANDS = (
@@ -42,9 +46,25 @@ COMMANDS = (
 )
 """Smart-speaker commands, about 1 to 4 seconds each when spoken."""
 
+PARAGRAPH = (
+    "The washing machine in the basement has finished its cycle, and the clothes should be "
+    "moved to the dryer right away so that they do not start to smell. Remember that the back "
+    "door is still unlocked, and the cat has not been fed since lunch. The heating will switch "
+    "off at midnight unless somebody changes the schedule on the panel in the hall."
+)
+"""About twenty seconds of speech: long input for the exporter's parity and timing."""
+
 ENGINES = ("espeak", "piper")
 ESPEAK_VOICE = "en-us"
 PIPER_VOICE = "en_US-joe-medium"
+RATE = 16000
+"""Hertz of `Clip.audio()`, what the VAD and Whisper read."""
+
+EXPORT_SET: tuple[tuple[str, str], ...] = (
+    *((text, ENGINES[i % 2]) for i, text in enumerate(COMMANDS[:6])),
+    (PARAGRAPH, "piper"),
+)
+"""`(text, engine)` the exporter measures on: six commands, three per voice, then the paragraph."""
 
 
 @dataclass(frozen=True)
@@ -55,14 +75,30 @@ class Clip:
     engine: str
     path: Path
 
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
     def audio(self) -> Samples:
-        """The clip as 16 kHz mono float32."""
+        """The clip as 16 kHz mono float32 (a fresh copy: callers may change it)."""
         return load_16k(self.path)
+
+    @property
+    def duration_s(self) -> float:
+        return len(_read_16k(self.path)) / RATE
 
 
 def load_16k(path: Path) -> Samples:
+    """A clip file as 16 kHz mono float32 (a fresh copy: callers may change it)."""
+    audio: Samples = _read_16k(path).copy()
+    return audio
+
+
+@lru_cache(maxsize=64)
+def _read_16k(path: Path) -> Samples:
+    # Clips never change once written, and the exporter reads each one several times.
     wav = read_wav(path)
-    return resample(wav.samples, wav.sample_rate, 16000)
+    return resample(wav.samples, wav.sample_rate, RATE)
 
 
 def _name(engine: str, voice: str, text: str) -> str:
@@ -93,9 +129,13 @@ def espeak_clip(text: str, directory: Path, voice: str = ESPEAK_VOICE, wpm: int 
     return path
 
 
+def _piper_path(directory: Path, voice_id: str, text: str) -> Path:
+    return directory / _name("piper", voice_id, text)
+
+
 def piper_clip(text: str, directory: Path, voice: Voice) -> Path:
     """`text` spoken by a loaded voice (`edge_agent.tts`), cached in `directory`."""
-    path = directory / _name("piper", voice.id, text)
+    path = _piper_path(directory, voice.id, text)
     if path.is_file():
         return path
     directory.mkdir(parents=True, exist_ok=True)
@@ -108,21 +148,42 @@ def piper_clip(text: str, directory: Path, voice: Voice) -> Path:
 
 def make_clips(directory: Path, texts: Sequence[str] = COMMANDS, engines: Sequence[str] = ENGINES,
                piper_voice: Voice | None = None) -> list[Clip]:
-    """One clip per text and engine (Piper needs a loaded voice)."""
+    """One clip per text and engine (Piper needs a loaded voice), engine by engine."""
+    return make_set(directory, [(text, engine) for engine in engines for text in texts], piper_voice)
+
+
+def make_set(directory: Path, specs: Sequence[tuple[str, str]], piper_voice: Voice | None = None,
+             ) -> list[Clip]:
+    """The clip of each `(text, engine)`, in order (Piper needs a loaded voice)."""
     clips = []
-    for engine in engines:
-        for text in texts:
-            if engine == "espeak":
-                clips.append(Clip(text, engine, espeak_clip(text, directory)))
-            elif engine == "piper":
+    for text, engine in specs:
+        if engine == "espeak":
+            clips.append(Clip(text, engine, espeak_clip(text, directory)))
+        elif engine == "piper":
+            path = _piper_path(directory, PIPER_VOICE if piper_voice is None else piper_voice.id, text)
+            if not path.is_file():
                 if piper_voice is None:
                     raise UsageError("piper clips need a loaded voice")
-                clips.append(Clip(text, engine, piper_clip(text, directory, piper_voice)))
-            else:
-                raise UsageError(f"unknown clip engine {engine!r} (known: {', '.join(ENGINES)})")
+                piper_clip(text, directory, piper_voice)
+            clips.append(Clip(text, engine, path))
+        else:
+            raise UsageError(f"unknown clip engine {engine!r} (known: {', '.join(ENGINES)})")
     return clips
 
 
+def clip_set(store: ModelStore, specs: Sequence[tuple[str, str]] = EXPORT_SET, threads: int = 2,
+             ) -> list[Clip]:
+    """`specs` made into `<store.cache_dir>/clips`; the Piper voice is loaded only to make a missing clip."""
+    directory = clips_dir(store.cache_dir)
+    if all(e != "piper" or _piper_path(directory, PIPER_VOICE, t).is_file() for t, e in specs):
+        return make_set(directory, specs)
+    registry = VoiceRegistry(store, TtsSettings(voice=PIPER_VOICE, threads=threads))
+    try:
+        return make_set(directory, specs, registry.get(PIPER_VOICE))
+    finally:
+        registry.close()
+
+
 def clips_dir(cache_dir: Path) -> Path:
-    """Where clips are kept: beside the model cache."""
-    return cache_dir.parent / "clips"
+    """Where clips are kept: under the model cache (`<models.cache_dir>/clips`)."""
+    return cache_dir / "clips"

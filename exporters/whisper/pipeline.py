@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from edge_agent.bench.clips import Clip
 from edge_agent.errors import ModelError, UsageError
 from edge_agent.models import ModelStore
 from edge_agent.models.store import sha256_file
 from edge_agent.text.wer import UNIT as WER_UNIT
 from edge_agent.text.wer import wer
-from exporters.clips import Clip
 from exporters.manifest import MANIFEST, file_entry, io_signature, read_manifest, write_json_atomic
 from exporters.progress import Progress
 from exporters.quantize import Feed, Mode, quantize
@@ -199,7 +199,7 @@ def _reference_pass(source: Source, ref: Any, clips: list[Clip], options: Export
 
     n_mels = ref.model.dims.n_mels
     with progress.step(f"PyTorch reference on {len(clips)} clips"):
-        mels = [ref_mod.log_mel(c.audio, n_mels) for c in clips]
+        mels = [ref_mod.log_mel(c.audio(), n_mels) for c in clips]
         ref_texts = [ref.text(ref.decode(mel)) for mel in mels]
     truths = [c.text for c in clips]
     ref_wer_truth = wer(truths, ref_texts)
@@ -213,7 +213,8 @@ def _reference_pass(source: Source, ref: Any, clips: list[Clip], options: Export
             f"{options.max_source_wer:.3f}; {clips[worst].name!r} came out as {ref_texts[worst]!r}); "
             "refusing to export")
     pad = int(options.trim_pad_s * ref_mod.SAMPLE_RATE)
-    trimmed = [ref_mod.log_mel(c.audio, n_mels, ref_mod.frames_for(len(c.audio) + pad)) for c in clips]
+    audio = [c.audio() for c in clips]
+    trimmed = [ref_mod.log_mel(a, n_mels, ref_mod.frames_for(len(a) + pad)) for a in audio]
     return _Context(clips, mels, trimmed, ref_texts, [])
 
 
@@ -400,7 +401,7 @@ def _parity_fixture(model: Any, ref: Any, ctx: _Context, options: ExportOptions)
             continue
         seen.add(index)
         clip = ctx.clips[index]
-        mel = ctx.mels[index] if padded else ref_mod.log_mel(clip.audio, model.dims.n_mels, None)
+        mel = ctx.mels[index] if padded else ref_mod.log_mel(clip.audio(), model.dims.n_mels, None)
         saved_max = ref.max_tokens
         ref.max_tokens = min(saved_max, PARITY_MAX_TOKENS)
         try:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from edge_agent.bench.clips import Clip, clip_set
 from edge_agent.models import ModelStore, load_catalog
-from exporters.clips import Clip, clip_set
 from exporters.progress import Progress
 
 
@@ -20,7 +20,7 @@ def store(shared_cache: Path) -> ModelStore:
 
 @pytest.fixture(scope="session")
 def clips(shared_cache: Path, store: ModelStore) -> list[Clip]:
-    return clip_set(shared_cache, store)
+    return clip_set(store)
 
 
 def _tiny_whisper(seed: int = 0) -> object:

@@ -11,7 +11,8 @@ import onnx
 import pytest
 import torch
 
-from exporters.clips import Clip
+from edge_agent.audio.wav import WavWriter
+from edge_agent.bench.clips import Clip
 from exporters.progress import Progress
 from exporters.quantize import quantize
 from exporters.verify import verify_dir
@@ -115,13 +116,20 @@ def test_quantized_variants_load_and_stay_close_to_fp32(tiny, tmp_path, mode, at
         assert {"MatMulNBits", "GatherBlockQuantized"} <= ops  # the tied embedding too
 
 
+def noise_wav(path: Path, rng: np.random.Generator, seconds: int) -> Path:
+    writer = WavWriter(path, 16000)
+    writer.write((0.05 * rng.normal(size=16000 * seconds)).astype(np.float32))
+    writer.close()
+    return path
+
+
 def test_whole_pipeline_writes_a_manifest_that_verifies(tmp_path, tiny_whisper):
     model = tiny_whisper(seed=1)
     checkpoint = tmp_path / "tiny.pt"
     ref_mod.save_checkpoint(model, checkpoint)
     rng = np.random.default_rng(0)
-    clips = [Clip(f"noise{i}", "no words here", "test",
-                  (0.05 * rng.normal(size=16000 * (i + 1))).astype(np.float32)) for i in range(2)]
+    clips = [Clip("no words here", "test", noise_wav(tmp_path / f"noise{i}.wav", rng, i + 1))
+             for i in range(2)]
     source = Source("pt", str(checkpoint), checkpoint, "0" * 64)
     out = tmp_path / "export"
     options = ExportOptions(variants=("fp32", "int8", "fp16", "int4"), max_source_wer=None, max_tokens=6,
