@@ -1,0 +1,171 @@
+"""The package rules of docs/architecture.md, checked over every import in `edge_agent/`.
+
+Imports are read with `ast`, at module level and inside functions alike (a function-level
+import is still a dependency, only a hidden one), relative ones resolved. The rules: no import
+cycle among edge_agent modules; `audio/` is the ground and imports none of the flows; hearing
+(`asr/`, `vad/`, `wake/`) and speaking (`tts/`) do not import each other, and `wake/` hears on
+its own (no VAD, ASR, voice or transport); `text/` imports only itself; `announce/` knows no
+transport; the device runtime never imports the exporter or torch.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+HEARING = ("asr", "vad", "wake")
+SPEAKING = ("tts",)
+FLOWS = (*HEARING, *SPEAKING, "mqtt", "announce", "offload", "fleet", "bench", "commands", "daemon", "cli")
+NEVER = ("exporters", "torch", "torchaudio", "whisper", "silero_vad")
+"""Top-level packages the runtime must not import: the exporter, and what pulls torch in
+(openai-whisper's `whisper`, the `silero_vad` package; the runtime reads Silero's ONNX file)."""
+
+
+def modules(root: Path, package: str = "edge_agent") -> dict[str, Path]:
+    """Dotted module name -> file, for every module of `package` under `root`."""
+    found = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """Every module `name` imports, anywhere in the file; `from pkg import sub` counts as `pkg.sub`."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                sub = f"{module}.{alias.name}"
+                out.add(sub if sub in known else module)
+    out.discard(name)
+    return out
+
+
+def graph(root: Path, package: str = "edge_agent") -> dict[str, set[str]]:
+    known = modules(root, package)
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def cycles(deps: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(deps):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(d for d in deps[start] if d in deps)))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(d for d in deps[child] if d in deps))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def offenders(deps: dict[str, set[str]], package: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]:
+    """Modules of `package` that import something under one of `forbidden`, with what they import."""
+    bad = {name: sorted(d for d in targets if any(within(d, f) for f in forbidden))
+           for name, targets in deps.items() if within(name, package)}
+    return {name: found for name, found in bad.items() if found}
+
+
+def ours(*names: str) -> tuple[str, ...]:
+    return tuple(f"edge_agent.{n}" for n in names)
+
+
+DEPS = graph(ROOT)
+
+
+def test_the_walk_sees_the_whole_package():
+    assert {"edge_agent.audio.frames", "edge_agent.announce.pipeline", "edge_agent.text.wer"} <= set(DEPS)
+    assert "edge_agent.audio.frames" in DEPS["edge_agent.tts.voice"]
+
+
+def test_no_import_cycle_among_edge_agent_modules():
+    assert cycles(DEPS) == []
+
+
+def test_audio_is_the_ground_and_imports_none_of_the_flows():
+    assert offenders(DEPS, "edge_agent.audio", ours(*FLOWS, "text")) == {}
+
+
+def test_hearing_and_speaking_do_not_import_each_other():
+    assert offenders(DEPS, "edge_agent.tts", ours(*HEARING)) == {}
+    for package in HEARING:
+        assert offenders(DEPS, f"edge_agent.{package}", ours(*SPEAKING)) == {}
+
+
+def test_wake_word_detection_hears_on_its_own():
+    assert offenders(DEPS, "edge_agent.wake", ours("vad", "asr", "tts", "mqtt", "announce")) == {}
+
+
+def test_text_is_shared_ground_and_imports_only_itself():
+    outside = tuple(n for n in DEPS if n != "edge_agent" and not within(n, "edge_agent.text"))
+    assert offenders(DEPS, "edge_agent.text", outside) == {}
+
+
+def test_announce_imports_nothing_from_the_mqtt_transport():
+    assert offenders(DEPS, "edge_agent.announce", (*ours("mqtt"), "paho")) == {}
+
+
+def test_the_runtime_never_imports_the_exporter_or_torch():
+    assert offenders(DEPS, "edge_agent", NEVER) == {}
+
+
+def test_the_rules_catch_hidden_relative_and_cyclic_imports(tmp_path: Path):
+    pkg = tmp_path / "edge_agent"
+    (pkg / "audio").mkdir(parents=True)
+    (pkg / "tts").mkdir()
+    for init in (pkg, pkg / "audio", pkg / "tts"):
+        (init / "__init__.py").write_text("")
+    (pkg / "audio" / "play.py").write_text("def play():\n    from ..tts import voice\n")
+    (pkg / "tts" / "voice.py").write_text("from edge_agent.audio import play\nimport torch.nn\n")
+    deps = graph(tmp_path)
+    assert deps["edge_agent.audio.play"] == {"edge_agent.tts.voice"}
+    assert cycles(deps) == [["edge_agent.audio.play", "edge_agent.tts.voice"]]
+    found = offenders(deps, "edge_agent.audio", ours("tts"))
+    assert found == {"edge_agent.audio.play": ["edge_agent.tts.voice"]}
+    assert offenders(deps, "edge_agent", NEVER) == {"edge_agent.tts.voice": ["torch.nn"]}
