@@ -31,6 +31,8 @@ import whisper.audio
 import whisper.tokenizer
 from whisper.model import ModelDimensions, Whisper
 
+from edge_agent.asr.features import Features
+from edge_agent.audio.frames import Samples
 from edge_agent.errors import ModelError
 from exporters.whisper.ct2 import Ct2Model, read_ct2
 
@@ -39,7 +41,6 @@ HOP_LENGTH = 160
 FULL_FRAMES = 3000
 """Mel frames in Whisper's 30 s window."""
 
-Float32 = np.ndarray
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -251,7 +252,7 @@ def frames_for(n_samples: int) -> int:
     return min(FULL_FRAMES, 2 * max(1, math.ceil(n_samples / (2 * HOP_LENGTH))))
 
 
-def log_mel(audio: Float32, n_mels: int, n_frames: int | None = FULL_FRAMES) -> Float32:
+def log_mel(audio: Samples, n_mels: int, n_frames: int | None = FULL_FRAMES) -> Features:
     """Whisper's log-mel spectrogram, float32 [n_mels, n_frames].
 
     The audio (16 kHz mono float32) is zero-padded or cut to `n_frames` * 160 samples
@@ -264,7 +265,7 @@ def log_mel(audio: Float32, n_mels: int, n_frames: int | None = FULL_FRAMES) -> 
     want = frames * HOP_LENGTH
     samples = np.pad(samples[:want], (0, max(0, want - len(samples))))
     mel = whisper.audio.log_mel_spectrogram(torch.from_numpy(samples), n_mels=n_mels)
-    result: Float32 = mel[:, :frames].numpy().astype(np.float32)
+    result: Features = mel[:, :frames].numpy().astype(np.float32)
     return result
 
 
@@ -285,11 +286,11 @@ def encode(model: Whisper, mel: torch.Tensor) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def teacher_forced_logits(model: Whisper, mel: Float32, tokens: list[int]) -> Float32:
+def teacher_forced_logits(model: Whisper, mel: Features, tokens: list[int]) -> Features:
     """Logits [len(tokens), n_vocab] for the whole token sequence in one decoder pass."""
     features = encode(model, torch.from_numpy(mel)[None])
     logits = model.decoder(torch.tensor([tokens]), features)
-    result: Float32 = logits[0].float().numpy()
+    result: Features = logits[0].float().numpy()
     return result
 
 
@@ -312,7 +313,7 @@ class Reference:
         self.max_tokens = max_tokens or model.dims.n_text_ctx // 2
 
     @torch.inference_mode()
-    def decode(self, mel: Float32) -> list[int]:
+    def decode(self, mel: Features) -> list[int]:
         """Greedy text tokens for mel [n_mels, n_frames]."""
         sp = self.specials
         features = encode(self.model, torch.from_numpy(mel)[None])
@@ -341,7 +342,7 @@ class Reference:
         result: str = self.tokenizer.decode([t for t in tokens if t < self.specials.eot]).strip()
         return result
 
-    def transcribe(self, audio: Float32, n_frames: int | None = FULL_FRAMES) -> Transcript:
+    def transcribe(self, audio: Samples, n_frames: int | None = FULL_FRAMES) -> Transcript:
         tokens = self.decode(log_mel(audio, self.model.dims.n_mels, n_frames))
         return Transcript(self.text(tokens), tuple(tokens))
 

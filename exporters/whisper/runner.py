@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from edge_agent.asr.features import Features
 from edge_agent.runtime import make_session
-
-Float32 = np.ndarray
 
 
 @dataclass(frozen=True)
@@ -51,22 +51,22 @@ class OnnxWhisper:
         self.decoder = make_session(decoder, threads)
         self.load_s = time.perf_counter() - started
         self.config = config
-        self.record: list[dict[str, Float32]] | None = None
+        self.record: list[dict[str, npt.NDArray[Any]]] | None = None
         """When a list, every decoder feed is appended to it (calibration data)."""
 
-    def encode(self, mel: Float32) -> tuple[Float32, Float32]:
+    def encode(self, mel: Features) -> tuple[Features, Features]:
         """Cross-attention K and V for mel [n_mels, n_frames]."""
         k, v = self.encoder.run(None, {"mel": mel[None].astype(np.float32)})
         return k, v
 
-    def _empty_cache(self) -> tuple[Float32, Float32]:
+    def _empty_cache(self) -> tuple[Features, Features]:
         c = self.config
         empty = np.zeros((c.n_text_layer, 1, 0, c.n_text_state), dtype=np.float32)
         return empty, empty
 
-    def _step(self, tokens: list[int], cache: tuple[Float32, Float32], cross: tuple[Float32, Float32],
-              ) -> tuple[Float32, tuple[Float32, Float32]]:
-        feed = {
+    def _step(self, tokens: list[int], cache: tuple[Features, Features], cross: tuple[Features, Features],
+              ) -> tuple[Features, tuple[Features, Features]]:
+        feed: dict[str, npt.NDArray[Any]] = {
             "tokens": np.array([tokens], dtype=np.int64),
             "self_k_in": cache[0], "self_v_in": cache[1],
             "cross_k": cross[0], "cross_v": cross[1],
@@ -77,7 +77,7 @@ class OnnxWhisper:
         logits, k, v = self.decoder.run(None, feed)
         return logits[0], (k, v)
 
-    def decode(self, mel: Float32) -> list[int]:
+    def decode(self, mel: Features) -> list[int]:
         """Greedy text tokens, with Whisper's default token suppression."""
         c = self.config
         cross = self.encode(mel)
@@ -97,7 +97,7 @@ class OnnxWhisper:
             logits, cache = self._step([token], cache, cross)
         return out
 
-    def teacher_forced_logits(self, mel: Float32, tokens: list[int]) -> Float32:
+    def teacher_forced_logits(self, mel: Features, tokens: list[int]) -> Features:
         """Logits [len(tokens), n_vocab]: the prompt in one call, then one token per call."""
         cross = self.encode(mel)
         n0 = len(self.config.sot_sequence)
