@@ -29,8 +29,8 @@ def manifest(tiny_en_export: Path) -> dict:
 
 def test_pytorch_model_from_ct2_transcribes_the_clips(tiny_en_model, clips: list[Clip]):
     ref = ref_mod.Reference(tiny_en_model)
-    assert ref.transcribe(clips[0].audio()).text == "Turn on the kitchen lights."
-    assert wer([clips[2].text], [ref.transcribe(clips[2].audio()).text]) == 0.0
+    picked = [clips[0], clips[2]]
+    assert wer([c.text for c in picked], [ref.transcribe(c.audio()).text for c in picked]) == 0.0
 
 
 def test_pt_checkpoint_round_trip_gives_the_same_model(tiny_en_model, tmp_path: Path, clips: list[Clip]):
@@ -110,7 +110,7 @@ def test_exported_decoder_decodes_a_short_unpadded_clip(tiny_en_export: Path, ma
     mel = ref_mod.log_mel(audio, 80, None)
     assert mel.shape[1] < 1000
     tokens = runner.decode(mel)
-    assert ref_mod.Reference(tiny_en_model).text(tokens) == "Turn on the kitchen lights."
+    assert wer([clips[0].text], [ref_mod.Reference(tiny_en_model).text(tokens)]) == 0.0
 
 
 def test_verify_accepts_the_export(tiny_en_export: Path):
