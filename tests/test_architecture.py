@@ -5,7 +5,9 @@ import is still a dependency, only a hidden one), relative ones resolved. The ru
 cycle among edge_agent modules; `audio/` is the ground and imports none of the flows; hearing
 (`asr/`, `vad/`, `wake/`) and speaking (`tts/`) do not import each other, and `wake/` hears on
 its own (no VAD, ASR, voice or transport); `text/` imports only itself; `announce/` knows no
-transport; the device runtime never imports the exporter or torch.
+transport and no trigger; the Wyoming, Hermes and Home Assistant adapters do not import each
+other, nor does the MQTT transport import them; the device runtime never imports the exporter or
+torch.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 HEARING = ("asr", "vad", "wake")
 SPEAKING = ("tts",)
-FLOWS = (*HEARING, *SPEAKING, "mqtt", "announce", "offload", "fleet", "bench", "commands", "daemon", "cli")
+ADAPTERS = ("wyoming", "hermes", "homeassistant")
+"""Triggers beside the MQTT transport: each calls `announce/` and the listener, never another adapter."""
+FLOWS = (*HEARING, *SPEAKING, "listen", "mqtt", *ADAPTERS, "announce", "offload", "fleet", "bench",
+         "commands", "daemon", "cli")
 NEVER = ("exporters", "torch", "torchaudio", "whisper", "silero_vad")
 """Top-level packages the runtime must not import: the exporter, and what pulls torch in
 (openai-whisper's `whisper`, the `silero_vad` package; the runtime reads Silero's ONNX file)."""
@@ -147,8 +152,14 @@ def test_text_is_shared_ground_and_imports_only_itself():
     assert offenders(DEPS, "edge_agent.text", outside) == {}
 
 
-def test_announce_imports_nothing_from_the_mqtt_transport():
-    assert offenders(DEPS, "edge_agent.announce", (*ours("mqtt"), "paho")) == {}
+def test_announce_imports_no_transport_and_no_trigger():
+    assert offenders(DEPS, "edge_agent.announce", (*ours("mqtt", *ADAPTERS), "paho")) == {}
+
+
+def test_adapters_do_not_import_each_other_and_the_mqtt_transport_none_of_them():
+    for adapter in ADAPTERS:
+        assert offenders(DEPS, f"edge_agent.{adapter}", ours(*(a for a in ADAPTERS if a != adapter))) == {}
+    assert offenders(DEPS, "edge_agent.mqtt", ours(*ADAPTERS)) == {}
 
 
 def test_the_runtime_never_imports_the_exporter_or_torch():
