@@ -11,7 +11,8 @@ own process on loopback; requests alternate between the servers, median of
 The peers run from their own virtual environment (wyoming-piper pulls piper-tts,
 GPL-3.0, which edge-speech never imports), built on first use with pip from PyPI:
 wyoming-piper 2.5.2 on our voice's files, wyoming-faster-whisper 3.8.1 on the
-CTranslate2 tiny.en weights our catalog fetches, int8, 2 threads, its default beam.
+CTranslate2 tiny.en weights our catalog fetches, int8, 2 threads, its own beam size
+(5 on x86_64, 1 on ARM, where our devices run; `--peer-beam-size` sets it).
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peers-venv", type=Path, default=None,
                         help="virtual environment of the peers (default: <cache>/bench-peers/venv)")
     parser.add_argument("--no-peers", action="store_true", help="only our server")
+    parser.add_argument("--peer-beam-size", type=int, default=0,
+                        help="wyoming-faster-whisper's beam (0: its own choice, 5 on x86_64 and 1 on ARM)")
 
 
 @dataclass
@@ -223,7 +226,7 @@ def _start(ctx: Context, args: argparse.Namespace, free: Sequence[int]) -> dict[
         python, "-m", "wyoming_faster_whisper", "--uri", f"tcp://127.0.0.1:{free[1]}",
         "--model", str(ct2.path("model.bin").parent), "--data-dir", str(work), "--local-files-only",
         "--stt-library", "faster-whisper", "--compute-type", "int8", "--cpu-threads", "2",
-        "--language", "en"], free[1])
+        "--language", "en", "--beam-size", str(args.peer_beam_size)], free[1])
     return servers
 
 
@@ -300,7 +303,8 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         for server in servers.values():
             server.close()
     result = {"subject": "wyoming", "machine": machine(), "load": os.getloadavg()[0],
-              "repeats": args.repeats, "clips": len(clips), "word_ms": args.word_ms, **measured,
+              "repeats": args.repeats, "clips": len(clips), "word_ms": args.word_ms,
+              "peer_beam_size": args.peer_beam_size, **measured,
               "ratios": ratios(measured)}
     result["goals"] = {k: v <= GOAL for k, v in result["ratios"].items() if k != "wer_delta"}
     if "wer_delta" in result["ratios"]:
