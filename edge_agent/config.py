@@ -521,7 +521,10 @@ class OffloadSettings:
     first_audio_deadline_s: float = 3.0
     """The first remote sentence must be complete by then, else the utterance is spoken locally."""
     sentence_timeout_s: float = 3.0
-    """Each later sentence may take this long plus the audio still queued for playback."""
+    """Each later sentence may take this long, or as long as the audio still queued for playback."""
+    stall_probe_s: float = 1.0
+    """When the queued audio is down to this and the next remote sentence is missing, the server is
+    pinged; no PONG within half of it (at most `ping_timeout_s`) moves the rest on at once. 0: off."""
     ping_interval_s: float = 5.0
     ping_timeout_s: float = 2.0
     breaker_failures: int = 3
@@ -555,6 +558,8 @@ class OffloadSettings:
                   "reconnect_min_s", "reconnect_max_s", "breaker_failures")
         if self.reconnect_max_s < self.reconnect_min_s:
             raise ValueError("reconnect_max_s: must not be below reconnect_min_s")
+        if self.stall_probe_s < 0:
+            raise ValueError("stall_probe_s: must not be negative (0 turns the probe off)")
         _frame_limit(self.max_frame_bytes)
 
     @property

@@ -23,7 +23,14 @@ from edge_agent.audio.frames import AudioChunk
 from edge_agent.audio.resample import resample
 from edge_agent.config import OffloadSettings, Settings, TtsSettings
 from edge_agent.models.store import ModelStore
-from edge_agent.offload.client import OffloadClient, RemoteError, Unavailable
+from edge_agent.offload.client import (
+    OffloadClient,
+    RemoteError,
+    RemoteSentence,
+    RemoteStream,
+    RemoteTimeout,
+    Unavailable,
+)
 from edge_agent.offload.codecs import opus_rate
 from edge_agent.offload.messages import Codec
 from edge_agent.offload.pool import ServerPool
@@ -152,10 +159,10 @@ class SynthRouter:
             while progress.index < end:
                 now = time.monotonic()
                 if first:
-                    timeout = max(progress.first_by, progress.heard_until) - now
+                    sentence = remote.next_sentence(max(progress.first_by, progress.heard_until, now) - now)
                 else:
                     timeout = max(s.sentence_timeout_s, progress.heard_until - now)
-                sentence = remote.next_sentence(max(timeout, 0.0))
+                    sentence = self._next_or_probe(client, remote, timeout, progress.heard_until)
                 if sentence is None:
                     raise OffloadError(f"stream ended after {progress.index - start} of {end - start} "
                                        "sentences")
@@ -185,6 +192,27 @@ class SynthRouter:
             remote.cancel()  # no-op after END; stops the server if the listener stopped early
         client.breaker.success()
         return ""
+
+    def _next_or_probe(self, client: OffloadClient, remote: RemoteStream, timeout: float,
+                       heard_until: float) -> RemoteSentence | None:
+        """The next sentence within `timeout`; but when the audio still queued for the listener is down
+        to `offload.stall_probe_s` and the sentence is missing, the server is pinged. A link that went
+        dead closes nothing, so only a missing PONG tells it apart from a slow server: the rest then
+        moves on at once, while the listener still has audio, instead of after the timeout."""
+        s = self.settings
+        started = time.monotonic()
+        probe_in = heard_until - s.stall_probe_s - started
+        if s.stall_probe_s <= 0 or not 0 < probe_in < timeout:
+            return remote.next_sentence(max(timeout, 0.0))
+        try:
+            return remote.next_sentence(probe_in)
+        except RemoteTimeout:
+            pass
+        try:
+            client.ping(min(s.ping_timeout_s, s.stall_probe_s / 2))
+        except (OffloadError, TimeoutError) as exc:
+            raise RemoteTimeout(f"no PONG while a sentence was due ({exc}): the link looks dead") from None
+        return remote.next_sentence(max(started + timeout - time.monotonic(), 0.0))
 
     def _give_up(self, strict: bool, index: int, reason: str) -> int:
         if strict:

@@ -36,7 +36,8 @@ class ScriptedServer:
     Scripts: `partial` (sentence 0 whole, half of sentence 1, then the socket closes),
     `stall` (sentence 0 whole, then silence on an open connection), `silent` (no audio at all),
     `busy` (every request refused with BUSY), `goaway` (GOAWAY right after the handshake, then
-    nothing: the connection stays open).
+    nothing: the connection stays open), `deaf` (sentence 0 whole, then nothing at all, not even
+    a PONG: a dead link that closes nothing).
     """
 
     def __init__(self, script: str, psk: bytes = PSK, voice: str = "kokoro-82m", rate: int = 22050) -> None:
@@ -83,7 +84,8 @@ class ScriptedServer:
                 while True:
                     for msg in await read():
                         if isinstance(msg, m.Ping):
-                            send(m.Pong(msg.nonce))
+                            if not (self.script == "deaf" and self.requests):
+                                send(m.Pong(msg.nonce))
                         elif isinstance(msg, m.Cancel):
                             self.cancels.append(msg.stream)
                         elif isinstance(msg, m.Synth):

@@ -56,6 +56,21 @@ def test_stalled_server_is_abandoned_after_the_sentence_timeout(scripted, local_
     assert peer.cancels == [peer.requests[0].stream]
 
 
+def test_a_dead_link_moves_on_before_the_sentence_timeout(scripted, local_synth):
+    peer = scripted("deaf")
+    router = make_router(local_synth, peer.uri, sentence_timeout_s=5, stall_probe_s=0.6)
+    try:
+        started = time.monotonic()
+        chunks = list(router.stream(TEXT))
+        elapsed = time.monotonic() - started
+    finally:
+        router.close()
+    assert spoken(chunks, 3) == ["remote", "local", "local"]
+    # Sentence 0 is 1 s of tone: at 0.4 s left the server is pinged, no PONG by 0.3 s later, and the
+    # rest is spoken locally; not after the 5 s sentence timeout.
+    assert elapsed < 4.0
+
+
 def test_server_that_never_answers_misses_the_first_audio_deadline(scripted, local_synth):
     peer = scripted("silent")
     router = make_router(local_synth, peer.uri, first_audio_deadline_s=0.6)
