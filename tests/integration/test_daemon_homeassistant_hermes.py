@@ -18,7 +18,8 @@ from edge_agent.asr.listener import Transcript
 from edge_agent.audio.wav import read_wav
 from edge_agent.daemon import Daemon, SettingsSource
 from edge_agent.homeassistant.discovery import NOTIFY_TEMPLATE
-from edge_agent.listen import Heard
+from edge_agent.listen import Heard, Woke
+from edge_agent.wake.engine import Detection
 from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, wait_until
 
 
@@ -155,7 +156,8 @@ def test_the_microphone_switch_closes_the_listener_and_opens_it_again(
 
 def test_hermes_say_for_our_site_is_spoken_once_and_answered_with_say_finished(
         tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
-    running = InProcess(tmp_path, broker, {"hermes.enabled": True, "hermes.site_id": "kitchen"})
+    running = InProcess(tmp_path, broker, {"hermes.enabled": True, "hermes.site_id": "kitchen",
+                                           "wake.chime": False})
     try:
         say = {"text": "Dinner is ready.", "siteId": "kitchen", "id": "say-1", "sessionId": "sess-9"}
         producer.publish("hermes/tts/say", say)
@@ -164,6 +166,8 @@ def test_hermes_say_for_our_site_is_spoken_once_and_answered_with_say_finished(
         finished = everything.wait("hermes/tts/sayFinished")
         everything.wait("edge/dev1/announce/status", lambda d: d.get("duplicate"))
         running.daemon.announcements.last_spoke = float("-inf")  # past the echo guard after speaking
+        running.daemon._on_event(Woke(Detection("okay_nabu", "Okay Nabu", 0.8, 0.97), "conv-1"))
+        hotword = everything.wait("hermes/hotword/okay_nabu/detected")
         running.daemon._on_event(Heard(Transcript("turn on the lights", 1.0, 2.5), "conv-1", "Okay Nabu"))
         captured = everything.wait("hermes/asr/textCaptured")
     finally:
@@ -173,3 +177,5 @@ def test_hermes_say_for_our_site_is_spoken_once_and_answered_with_say_finished(
     assert captured[0]["text"] == "turn on the lights" and captured[0]["siteId"] == "kitchen"
     assert captured[0]["seconds"] == 1.5
     assert captured[0]["sessionId"] == "conv-1" and captured[0]["wakewordId"] == "Okay Nabu"
+    assert hotword[0]["modelId"] == "okay_nabu" and hotword[0]["siteId"] == "kitchen"
+    assert hotword[0]["sessionId"] == "conv-1"
