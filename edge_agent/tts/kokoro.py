@@ -29,7 +29,7 @@ from edge_agent.errors import ModelError
 from edge_agent.providers import CPU, Accelerator, Profile
 from edge_agent.runtime import make_session
 from edge_agent.text.normalize import normalize
-from edge_agent.tts.phonemes import espeak_phonemes
+from edge_agent.tts.phonemes import cut_at, espeak_phonemes
 from edge_agent.tts.sentences import split_sentences
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class KokoroVoice:
         space = self.vocab.get(" ")
         for phonemes in espeak_phonemes(sentence, self.espeak_voice):
             ids = [self.vocab[p] for p in phonemes if p in self.vocab]
-            for piece in _cut(ids, self.max_tokens, space):
+            for piece in cut_at(ids, self.max_tokens, space):
                 joined = [*current, space, *piece] if current and space is not None else [*current, *piece]
                 if len(joined) <= self.max_tokens:
                     current = joined
@@ -173,18 +173,6 @@ def speaker_styles(store: Any, speaker: str, packs: Path) -> npt.NDArray[np.floa
             raise
         extra = ", ".join(f.name.removesuffix(".bin") for f in english.files)
         raise ModelError(f"{exc}; English ({ENGLISH_SPEAKERS}): {extra}") from None
-
-
-def _cut(ids: list[int], limit: int, space: int | None) -> Iterator[list[int]]:
-    """Split an over-long token run at spaces (or anywhere, as a last resort)."""
-    while len(ids) > limit:
-        window = ids[:limit + 1]
-        at = max((i for i, t in enumerate(window) if t == space), default=0) if space is not None else 0
-        at = at if at > 0 else limit
-        yield ids[:at]
-        ids = ids[at + 1:] if at < len(ids) and ids[at] == space else ids[at:]
-    if ids:
-        yield ids
 
 
 def loader(store: Any, *, speaker: str, threads: int, spin: bool = True, accel: Accelerator = CPU) -> Any:

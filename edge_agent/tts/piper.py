@@ -21,7 +21,7 @@ from edge_agent.errors import ModelError
 from edge_agent.providers import CPU, Accelerator, Profile
 from edge_agent.runtime import load_weights, make_session
 from edge_agent.text.normalize import normalize
-from edge_agent.tts.phonemes import espeak_phonemes
+from edge_agent.tts.phonemes import cut_at, espeak_phonemes
 from edge_agent.tts.pool import PriorityPool
 from edge_agent.tts.sentences import split_sentences
 from edge_agent.tts.vits import UnsupportedGraph, Vocoder, plan_windows, prepare, prepare_cpu
@@ -36,6 +36,10 @@ LOOKAHEAD = 2
 
 MAX_IDS = 1024
 """Phoneme ids of the longest model call a TensorRT profile covers (a long sentence is ~400)."""
+
+MAX_PHONEMES = (MAX_IDS - 2) // 2
+"""Phonemes per model call at most (each is an id and a pad, between BOS and EOS), so no call
+leaves the profile; a 300-character sentence of plain words is about 330."""
 
 URGENT, FRONT, WINDOW = -1, 0, 1
 """Pool priorities: the window playback starts with, then the next call's front
@@ -135,10 +139,14 @@ class PiperVoice:
         return split_sentences(normalize(text))
 
     def phoneme_ids(self, sentence: str) -> list[list[int]]:
-        """Phoneme ids per espeak sentence (espeak may split further than we did)."""
+        """Phoneme ids per model call: per espeak sentence (espeak may split further than we did),
+        cut at word boundaries to at most `MAX_PHONEMES` (text the device did not normalise,
+        e.g. a server's, can expand 5x: "12345" is 30 phonemes)."""
         id_map = self.config.phoneme_id_map
         result = []
-        for phonemes in espeak_phonemes(sentence, self.config.espeak_voice):
+        runs = (piece for phonemes in espeak_phonemes(sentence, self.config.espeak_voice)
+                for piece in cut_at(phonemes, MAX_PHONEMES, " "))
+        for phonemes in runs:
             ids = list(id_map[_BOS])
             for phoneme in phonemes:
                 mapped = id_map.get(phoneme)

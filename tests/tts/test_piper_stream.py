@@ -300,3 +300,16 @@ def test_a_one_sentence_stream_never_makes_the_pooled_front(model: Path, prepare
         assert voice._front is not None and voice._front is not voice._session
     finally:
         voice.close()
+
+
+def test_a_sentence_that_expands_beyond_one_model_call_is_cut_at_word_boundaries(whole: PiperVoice) -> None:
+    """Raw digits (a server's text is not normalised) expand 5x: one call would cost memory
+    quadratic in its length; now each call stays within MAX_IDS and nothing is dropped."""
+    from edge_agent.tts.phonemes import espeak_phonemes
+    from edge_agent.tts.piper import MAX_IDS
+
+    sentence = " ".join(["12345"] * 50)
+    calls = whole.phoneme_ids(sentence)
+    assert len(calls) >= 3 and all(len(ids) <= MAX_IDS for ids in calls)
+    phonemes = sum(len(p) for p in espeak_phonemes(sentence, whole.config.espeak_voice))
+    assert sum((len(ids) - 2) // 2 for ids in calls) >= phonemes - len(calls)  # only cut spaces dropped
