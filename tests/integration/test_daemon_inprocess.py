@@ -166,14 +166,27 @@ def test_an_idle_voice_is_unloaded_and_comes_back_for_the_next_announcement(tmp_
 def test_a_flood_of_announcements_gets_every_id_a_final_status(tmp_path, broker, watcher):
     """1000 announcements at once against a queue of 300: each id ends done or rejected, and the
     outbox keeps one waiting status per id instead of dropping final ones."""
+    gate = threading.Event()
+
+    class HeldSynth(ToneSynth):
+        """Speaks only once the whole flood is in, so the queue fills up."""
+
+        def stream(self, text, voice=None):
+            if text != "Ready.":  # the warm-up
+                assert gate.wait(60)
+            yield from super().stream(text, voice)
+
     running = Running(tmp_path, broker, {"announcements.queue_max": 300},
-                      synthesizer_factory=lambda s: ToneSynth(per_sentence_s=0.01))
+                      synthesizer_factory=lambda s: HeldSynth(per_sentence_s=0.01))
     try:
         producer = Producer(broker.url)
         ids = [f"flood-{i:04d}" for i in range(1000)]
         infos = [producer.publish("edge/dev1/announce", {"id": i, "text": "Hi."}, wait=False) for i in ids]
         for info in infos:
             info.wait_for_publish(timeout=60)
+        wait_until(lambda: len(watcher.find("edge/dev1/announce/status", lambda d: d["state"] == "rejected"))
+                   >= 1000 - 301, what="the rejections")
+        gate.set()
         final = ("done", "rejected")
 
         def settled():
