@@ -129,13 +129,16 @@ def espeak_clip(text: str, directory: Path, voice: str = ESPEAK_VOICE, wpm: int 
     return path
 
 
-def _piper_path(directory: Path, voice_id: str, text: str) -> Path:
+def _piper_path(directory: Path, voice_id: str, text: str, speaker: str = "") -> Path:
+    if speaker:  # the style packs of one model are told apart by speaker
+        return directory / _name("voice", f"{voice_id}:{speaker}", text)
     return directory / _name("piper", voice_id, text)
 
 
-def piper_clip(text: str, directory: Path, voice: Voice) -> Path:
-    """`text` spoken by a loaded voice (`edge_agent.tts`), cached in `directory`."""
-    path = _piper_path(directory, voice.id, text)
+def piper_clip(text: str, directory: Path, voice: Voice, speaker: str = "") -> Path:
+    """`text` spoken by a loaded voice (`edge_agent.tts`; `speaker` names a style pack of a
+    multi-speaker model), cached in `directory`."""
+    path = _piper_path(directory, voice.id, text, speaker)
     if path.is_file():
         return path
     directory.mkdir(parents=True, exist_ok=True)

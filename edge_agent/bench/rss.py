@@ -1,4 +1,5 @@
-"""Peak memory of a listening device: VAD + Whisper + the local voice loaded and used once.
+"""Peak memory of a listening device: VAD + Whisper + the local voice loaded and used once
+(with `--wake`, the wake engine too, hearing the clip first).
 
 Run as its own process (`python -m edge_agent.bench.rss CLIP.wav [--config F] [--set K=V]`)
 so nothing the benchmark itself loaded counts; prints one JSON object with the
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(parents=[common_options()])
     parser.add_argument("clip", type=Path)
+    parser.add_argument("--wake", action="store_true",
+                        help="also load the wake models and run the clip through them")
     args = parser.parse_args(argv)
     stages: dict[str, float] = {"python": peak_rss_mb()}
 
@@ -47,6 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     model = WhisperOnnx.from_settings(settings.asr, settings.models)
     voices = VoiceRegistry(ctx.store, settings.tts)
     voice = voices.get(settings.tts.voice)
+    wake = None
+    if args.wake:
+        from edge_agent.audio.wav import read_wav
+        from edge_agent.wake import WakeEngine
+
+        wake = WakeEngine.load(settings.wake)
+        wav = read_wav(args.clip)
+        detections = [d.model for d in wake.feed(wav.samples)]
     stages["loaded"] = peak_rss_mb()
     listener = Listener(WavFileSource(args.clip), segmenter, Transcriber(model, settings.asr))
     transcripts = [t.text for t in listener]
@@ -54,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     samples = sum(len(c.samples) for c in synthesize(voice, "The front door is open. Please close it."))
     stages["spoke"] = peak_rss_mb()
     print(json.dumps({"peak_rss_mb": max(stages.values()), "stages": stages, "transcripts": transcripts,
-                      "spoken_samples": samples, "vad": settings.vad.engine, "variant": model.variant}))
+                      "spoken_samples": samples, "vad": settings.vad.engine, "variant": model.variant,
+                      "wake": detections if wake is not None else None}))
     return 0
 
 

@@ -16,6 +16,7 @@ SUBJECTS = {
     "failover": "edge_agent.bench.failover",
     "wyoming": "edge_agent.bench.wyoming",
     "startup": "edge_agent.bench.startup",
+    "wake": "edge_agent.bench.wake",
 }
 """Subject name -> module with `add_arguments(parser)` and `run(ctx, args) -> int`."""
 
