@@ -1,0 +1,26 @@
+"""`edge-agent bench wake` runs end to end and reports both engines side by side (run with -m bench)."""
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.bench
+
+
+def test_bench_wake_reports_detection_false_accepts_and_cpu_for_both_engines():
+    result = run_cli("bench", "wake", "--json", "--hours", "0.01", "--no-kokoro", "--no-rss", "--no-latency",
+                     timeout=1200)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    ours, reference = "microWakeWord (ours)", "openWakeWord 0.5.1 (reference)"
+    assert set(report["positives"]) == {ours, reference}
+    assert set(report["positives"][ours]["per_model"]) == {"okay_nabu", "hey_jarvis", "alexa", "hey_mycroft"}
+    assert set(report["positives"][reference]["per_model"]) == {"hey_jarvis", "alexa", "hey_mycroft"}
+    for side in (ours, reference):
+        assert set(report["positives"][side]["overall"]) == {"clean", "20dB", "10dB"}
+        assert report["negatives"][side]["cpu_percent"] > 0
+        assert report["negatives"][side]["audio_h"] == pytest.approx(0.01, abs=0.002)
+    assert report["chime_latency"]["runs"] == 10
+    assert {"detection_10db", "false_accepts_per_hour", "cpu_percent"} <= set(report["goals"])
