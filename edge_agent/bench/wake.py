@@ -444,7 +444,8 @@ def end_of_speech(ctx: Context, voices: Voices) -> dict[str, Any]:
                          "wait_p50_s": round(median(waits), 3),
                          "asr_p50_s": round(median([t - w for t, w in zip(latencies, waits, strict=True)]),
                                             3),
-                         "wer": round(wer(refs, hyps), 3), "ended_early": early, "no_turn": missed}
+                         "wer": round(wer(refs, hyps), 3), "ended_early": early, "no_turn": missed,
+                         "misheard": [[r, h] for r, h in zip(refs, hyps, strict=True) if wer([r], [h]) > 0]}
     model.close()
     return result
 
