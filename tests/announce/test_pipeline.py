@@ -174,7 +174,10 @@ def test_a_start_the_journal_refuses_waits_and_is_spoken_once_space_returns(pipe
     disk.full = True
     p.service.start()
     wait_until(lambda: disk.calls >= 3, what="the speaker to retry")
-    assert p.states("a") == ["queued"] and len(p.service.queue) == 1  # waiting, not dropped
+    # Between retries the item is back in its place: waiting, not dropped (the speaker holds it
+    # only while it tries the journal, so wait for the queue rather than read it once).
+    wait_until(lambda: len(p.service.queue) == 1, what="the item back in the queue")
+    assert p.states("a") == ["queued"]
     disk.full = False
     p.wait_state("a", "done")
     assert p.states("a") == ["queued", "speaking", "done"]
