@@ -20,20 +20,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from edge_agent.config import parse_uri
-
-TIMEOUT = 60.0
-"""Generous: a loaded 2-core machine can be slow, and every wait ends on a condition."""
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = TIMEOUT, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
+from tests.waiting import TIMEOUT, wait_until  # also the MQTT tests' import of them
 
 
 @dataclass(frozen=True)

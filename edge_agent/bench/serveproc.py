@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -23,12 +23,10 @@ class ServeProcess:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **env})
         assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        line = ""
-        while time.monotonic() < deadline:  # readline returns on the first line or on exit
-            line = self.proc.stdout.readline()
-            if line or self.proc.poll() is not None:
-                break
+        # The first line says where it listens; EOF (it died) also wakes the select, so a child
+        # that hangs before printing costs `timeout`, not forever.
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
         match = LISTENING.search(line)
         if not match:
             self.proc.kill()

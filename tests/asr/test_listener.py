@@ -6,6 +6,7 @@ import time
 import numpy as np
 import pytest
 from speech_fixtures import RATE, silence
+from waiting import wait_until
 
 from edge_agent.asr.listener import Listener, Transcriber
 from edge_agent.config import AsrSettings, VadSettings
@@ -23,6 +24,8 @@ class ArraySource:
     def __init__(self, samples, block=1600, pace=0.0, fail_after=None):
         self.samples, self.block, self.pace, self.fail_after = samples, block, pace, fail_after
         self.closed = threading.Event()
+        self.reading = threading.Event()
+        """Set once the first block has been handed out."""
 
     def blocks(self):
         for i in range(0, len(self.samples), self.block):
@@ -32,6 +35,7 @@ class ArraySource:
                 raise AudioError("device vanished")
             if self.pace:
                 time.sleep(self.pace)
+            self.reading.set()
             yield self.samples[i:i + self.block]
 
     def close(self):
@@ -66,9 +70,7 @@ def test_callbacks_deliver_from_a_worker_thread_and_stop_releases_the_source(whi
     got, ended = [], threading.Event()
     source = ArraySource(np.concatenate([audio, silence(60)]), pace=0.002)
     listener = make(whisper, source).start(got.append, on_end=ended.set)
-    deadline = time.monotonic() + 60
-    while len(got) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(got) >= 3, 60, "three transcripts")
     assert len(got) == 3 and listener.running
     started = time.monotonic()
     listener.stop()
@@ -131,8 +133,9 @@ def test_build_listener_wires_the_configured_vad_and_model(whisper_dir, commands
 def test_stop_during_a_read_is_not_reported_as_an_error(whisper, commands):
     _, audio = commands
     errors, ended = [], threading.Event()
-    listener = make(whisper, ArraySource(np.concatenate([audio, silence(60)]), pace=0.005))
+    source = ArraySource(np.concatenate([audio, silence(60)]), pace=0.005)
+    listener = make(whisper, source)
     listener.start(lambda t: None, errors.append, ended.set)
-    time.sleep(0.3)
+    assert source.reading.wait(10)
     listener.stop()
     assert ended.wait(10) and errors == []

@@ -6,7 +6,9 @@ import time
 
 import pytest
 from offload_helpers import PIPER, free_port, make_router, only_client, spoken
+from waiting import wait_until
 
+from edge_agent.offload.breaker import BreakerState
 from edge_agent.offload.transport import OffloadError
 
 TEXT = "The washing machine has finished. Please move the clothes to the dryer. Thank you."
@@ -85,9 +87,7 @@ def test_server_that_never_answers_misses_the_first_audio_deadline(scripted, loc
         router.close()
     assert spoken(chunks, 3) == ["local"] * 3
     assert 0.5 < first < 0.6 + 3.0  # the deadline, then one local sentence
-    deadline = time.monotonic() + 2
-    while not peer.cancels and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: peer.cancels, 2, "the cancel")
     assert peer.cancels == [peer.requests[0].stream]
 
 
@@ -165,9 +165,7 @@ def test_listener_stopping_early_cancels_the_remote_stream(serve, local_synth):
         stream = router.stream(LONG)
         next(stream)
         stream.close()
-        deadline = time.monotonic() + 5
-        while server.server.metrics.counters["streams_cancelled"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: server.server.metrics.counters["streams_cancelled"], 5, "the cancel")
     finally:
         router.close()
     assert server.server.metrics.counters["streams_cancelled"] == 1
@@ -181,9 +179,7 @@ def test_audio_piling_up_unread_fails_the_stream_over_to_local(serve, local_synt
     router = make_router(local_synth, server.uri, voice=PIPER)
     try:
         assert spoken(list(router.stream(TEXT)), 3) == ["local"] * 3
-        deadline = time.monotonic() + 5
-        while server.server.metrics.counters["streams_cancelled"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: server.server.metrics.counters["streams_cancelled"], 5, "the cancel")
     finally:
         router.close()
     assert server.server.metrics.counters["streams_cancelled"] == 1
@@ -198,11 +194,9 @@ def test_client_reconnects_when_the_server_comes_back(serve, local_synth):
         first.stop()
         assert spoken(list(router.stream(TEXT)), 3) == ["local"] * 3
         serve(port=port)
-        deadline = time.monotonic() + 10
-        while only_client(router).connection is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert only_client(router).connection is not None, only_client(router).last_error
-        time.sleep(0.5)  # past the breaker's cool-down; a ping closes it
+        wait_until(lambda: only_client(router).connection, 10, "the reconnect")
+        wait_until(lambda: only_client(router).breaker.state is BreakerState.CLOSED, 10,
+                   "a ping to close the breaker after its cool-down")
         assert spoken(list(router.stream(TEXT)), 3) == ["remote"] * 3
         assert only_client(router).connects == 2
     finally:

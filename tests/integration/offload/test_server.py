@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 from offload_helpers import PIPER, PSK
+from waiting import wait_until
 
 from edge_agent.config import Endpoint, ServerSettings
 from edge_agent.errors import ConfigError
@@ -31,14 +32,17 @@ async def connect(server, psk=PSK, **kw) -> ClientConnection:
     return await ClientConnection.open(endpoint(server), psk, timeout=5, **kw)
 
 
-async def collect(conn: ClientConnection, sentences=TEXT, codec=m.Codec.PCM16, voice=PIPER, **kw):
-    """All messages of one stream, up to and including END or ERROR."""
+async def collect(conn: ClientConnection, sentences=TEXT, codec=m.Codec.PCM16, voice=PIPER,
+                  answered: asyncio.Event | None = None, **kw):
+    """All messages of one stream, up to and including END or ERROR; `answered` is set at the first."""
     q: asyncio.Queue = asyncio.Queue()
     sid = await conn.request(q.put_nowait, tuple(sentences), voice, codec, **kw)
     out = []
     while True:
         msg = await asyncio.wait_for(q.get(), 30)
         out.append(msg)
+        if answered is not None:
+            answered.set()
         if isinstance(msg, m.End | m.Error | Exception):
             return sid, out
 
@@ -236,9 +240,7 @@ def test_truncated_frame_then_close_is_counted_as_a_protocol_error(serve):
         sock.shutdown(socket.SHUT_WR)
         while sock.recv(4096):
             pass
-    deadline = time.monotonic() + 3
-    while server.server.metrics.counters["protocol_errors"] < 1 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: server.server.metrics.counters["protocol_errors"] >= 1, 3, "a protocol error")
     assert server.server.metrics.counters["protocol_errors"] == 1
 
 
@@ -275,8 +277,9 @@ def test_full_queue_answers_busy_and_the_connection_stays_usable(serve):
     async def go():
         conn = await connect(server)
         try:
-            first = asyncio.ensure_future(collect(conn, sentences=long_text))
-            await asyncio.sleep(0.05)
+            taken = asyncio.Event()
+            first = asyncio.ensure_future(collect(conn, sentences=long_text, answered=taken))
+            await asyncio.wait_for(taken.wait(), 30)  # the first stream holds the only slot
             _, second = await collect(conn, sentences=("Am I next?",))
             _, first_msgs = await first
             _, third = await collect(conn, sentences=("Now there is room.",))
@@ -297,8 +300,9 @@ def test_request_that_cannot_start_before_its_deadline_fails_with_deadline(serve
     async def go():
         conn = await connect(server)
         try:
-            first = asyncio.ensure_future(collect(conn, sentences=long_text))
-            await asyncio.sleep(0.01)
+            taken = asyncio.Event()
+            first = asyncio.ensure_future(collect(conn, sentences=long_text, answered=taken))
+            await asyncio.wait_for(taken.wait(), 30)  # the only worker has the first stream's sentences
             _, late = await collect(conn, sentences=("Too late.",), deadline_ms=1)
             await first
             return late
@@ -470,9 +474,7 @@ def test_client_that_stops_reading_is_disconnected_after_the_write_timeout(serve
     text = tuple(f"Sentence {i} fills buffers that nobody reads." for i in range(60))
     try:
         sock.sendall(m.encode(m.Synth(1, PIPER, text, 48000, m.Codec.PCM16)))  # more bytes per second
-        deadline = time.monotonic() + 60
-        while server.server.metrics.counters["streams_disconnected"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: server.server.metrics.counters["streams_disconnected"], 60, "the disconnect")
     finally:
         sock.close()
     assert server.server.metrics.counters["streams_disconnected"] == 1
