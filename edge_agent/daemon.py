@@ -11,9 +11,11 @@ Threads and loops (who owns what; also in docs/architecture.md):
   `Announcer.submit` (journal fsync before the acknowledgement) and
   `FleetManager.enqueue`; any thread publishes through the bridge's `Outbox`.
 - `speaker` (Announcer): takes the most urgent announcement and speaks it; each
-  playback adds a `synth` producer thread (`audio.playback.play`) for its length.
-- `offload-client`: the offload router's connection runs its own asyncio loop in
-  its own thread; the speaker thread hands each stream over to it.
+  playback adds a `synth` producer thread (`audio.playback.play`) for its length,
+  joined when the playback ends.
+- `offload-client` (ServerPool): one asyncio loop holding a connection to every
+  offload server; the speaker thread picks a server and hands each stream to it.
+  Closing the router cancels and awaits what still runs there, then joins it.
 - `listener` (`listen.HearingLoop`, when an ASR model is present and `listen.mode` is not off):
   source -> wake word -> VAD -> Whisper; calls `_on_event` (wake, transcript, end of turn).
   A turn holds the announcer (`Announcer.hold`) and plays the chime on a short-lived `chime`

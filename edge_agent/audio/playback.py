@@ -8,11 +8,12 @@ instead of buffering without bound.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from edge_agent.audio.frames import AudioChunk
 from edge_agent.audio.sinks import Sink
@@ -31,7 +32,6 @@ class PlayStats:
     sentences: int = 0
     sample_rate: int = 0
     interrupted: bool = False
-    sources: list[str] = field(default_factory=list)
 
     @property
     def audio_s(self) -> float:
@@ -49,12 +49,7 @@ def play(chunks: Iterator[AudioChunk], sink: Sink, *, depth: int = 16,
     def produce() -> None:
         try:
             for chunk in chunks:
-                while not cancel.is_set():
-                    try:
-                        items.put(chunk, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
+                items.put(chunk)  # a stopped consumer empties the queue once, so this returns
                 if cancel.is_set():
                     return
             items.put(_DONE)
@@ -82,9 +77,16 @@ def play(chunks: Iterator[AudioChunk], sink: Sink, *, depth: int = 16,
                     break
     finally:
         cancel.set()
+        _empty(items)  # wakes a producer blocked on the full queue; it sees `cancel` next
         worker.join(timeout=5)
         close = getattr(chunks, "close", None)
         if close is not None and not worker.is_alive():
             close()
     stats.total_s = time.perf_counter() - started
     return stats
+
+
+def _empty(items: queue.Queue[object]) -> None:
+    with contextlib.suppress(queue.Empty):
+        while True:
+            items.get_nowait()

@@ -473,7 +473,8 @@ class ClientLoop:
             asyncio.run_coroutine_threadsafe(cancel_rest(), self.loop).result(timeout=5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
-        self.loop.close()
+        if not self.thread.is_alive():
+            self.loop.close()
 
 
 class OffloadClient:

@@ -116,6 +116,7 @@ class SynthServer:
         """Sessions still in their handshake, oldest first (a dict keeps insertion order)."""
         self._authenticated = 0
         self._idle = asyncio.Event()
+        self._no_sessions = asyncio.Event()
         self.draining = False
         self.address: tuple[str, int] = (settings.host, settings.port)
 
@@ -127,6 +128,7 @@ class SynthServer:
         """Listen; returns the bound (host, port) (port 0 picks a free one)."""
         self.scheduler.start()
         self._idle.set()
+        self._no_sessions.set()
         try:
             self._server = await asyncio.start_server(
                 self._accept, self.settings.host, self.settings.port, ssl=self.tls,
@@ -155,6 +157,7 @@ class SynthServer:
             oldest.evict()
         self._handshaking[session] = None
         self._sessions.add(session)
+        self._no_sessions.clear()
         self.metrics.open_connections += 1
         self.metrics.count("connections")
         try:
@@ -164,6 +167,8 @@ class SynthServer:
             self._sessions.discard(session)
             if session.authenticated:
                 self._authenticated -= 1
+            if not self._sessions:
+                self._no_sessions.set()
             self.metrics.open_connections -= 1
 
     def admit(self, session: _Session) -> bool:
@@ -202,10 +207,8 @@ class SynthServer:
             await asyncio.wait_for(self._idle.wait(), self.settings.shutdown_grace_s)
         for session in list(self._sessions):
             await session.terminate()
-        for _ in range(200):  # connection handlers unwind after their sockets close
-            if not self._sessions:
-                break
-            await asyncio.sleep(0.01)
+        with contextlib.suppress(TimeoutError):  # connection handlers unwind after their sockets close
+            await asyncio.wait_for(self._no_sessions.wait(), 2.0)
         await self.scheduler.stop()
         log.info("metrics %s", json.dumps(self.metrics.snapshot()))
 
