@@ -9,10 +9,25 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from edge_agent.bench.clips import clip_set
 from edge_agent.cli import common_options, run_handler
 from edge_agent.commands.context import Context
 from edge_agent.errors import ModelError
+from exporters.manifest import read_manifest
 from exporters.progress import Progress
+from exporters.quantize import MODES
+from exporters.quantize_cmd import quantize_and_measure
+from exporters.report import variant_table
+from exporters.verify import verify_dir
+from exporters.whisper.pipeline import (
+    DEFAULT_VARIANTS,
+    VARIANTS,
+    ExportOptions,
+    export_whisper,
+    parse_variants,
+    resolve_source,
+    up_to_date,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,9 +46,6 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from exporters.quantize import MODES
-    from exporters.whisper.pipeline import DEFAULT_VARIANTS, VARIANTS
-
     common = common_options()
     common.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     common.add_argument("--threads", type=_positive, default=2, help="onnxruntime threads when measuring")
@@ -79,17 +91,6 @@ def _progress(args: argparse.Namespace) -> Progress:
 
 
 def run_whisper(args: argparse.Namespace) -> int:
-    from edge_agent.bench.clips import clip_set
-    from exporters.manifest import read_manifest
-    from exporters.report import variant_table
-    from exporters.whisper.pipeline import (
-        ExportOptions,
-        export_whisper,
-        parse_variants,
-        resolve_source,
-        up_to_date,
-    )
-
     progress = _progress(args)
     variants = parse_variants(args.variants)
     ctx = Context(args)
@@ -109,8 +110,6 @@ def run_whisper(args: argparse.Namespace) -> int:
 
 
 def run_quantize(args: argparse.Namespace) -> int:
-    from exporters.quantize_cmd import quantize_and_measure
-
     summary = quantize_and_measure(args.model, args.out, args.mode, inputs=args.inputs,
                                    threads=args.threads, repeats=args.repeats, progress=_progress(args))
     print(summary)
@@ -118,8 +117,6 @@ def run_quantize(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from exporters.verify import verify_dir
-
     problems = verify_dir(args.dir, args.threads, _progress(args))
     for problem in problems:
         print(f"FAILED {problem}")

@@ -17,6 +17,7 @@ import numpy as np
 
 from edge_agent.errors import UsageError
 from edge_agent.runtime import make_session
+from edge_agent.tts.piper import PiperConfig
 from exporters.quantize import Feed
 
 PIPER_SENTENCE = ("The washing machine in the basement has finished its cycle, "
@@ -73,7 +74,6 @@ def sample_feeds(model_path: Path, session: Any) -> tuple[list[Feed], dict[str, 
 def _piper_feeds(model_path: Path, has_sid: bool) -> tuple[list[Feed], dict[str, Any]]:
     from piper_phonemize import phonemize_espeak
 
-    from edge_agent.tts.piper import PiperConfig
 
     config_path = model_path.with_name(model_path.name + ".json")
     if not config_path.is_file():

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from edge_agent.errors import UsageError
+from edge_agent.models.store import sha256_file
 from edge_agent.runtime import make_session
 from exporters.compare import compare, load_inputs, sample_feeds
 from exporters.manifest import MANIFEST, file_entry, read_manifest, write_json_atomic
@@ -59,8 +60,6 @@ def _record(out: Path, fixture: Path, model: Path, *, mode: str, names: list[str
         doc = read_manifest(directory)
     else:
         doc = {"format": "edge-speech/onnx", "format_version": 1, "files": {}}
-    from edge_agent.models.store import sha256_file
-
     doc.setdefault("quantized", {})[out.name] = {
         "mode": mode,
         "source": {"path": str(model.resolve()), "sha256": sha256_file(model)},

@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 
 from edge_agent.models.store import sha256_file
+from edge_agent.runtime import make_session
 from exporters.manifest import MANIFEST, read_manifest
 from exporters.progress import Progress
+from exporters.whisper.runner import DecodeConfig, OnnxWhisper
 
 _MODEL_SUFFIXES = (".onnx", ".data", ".npz", ".onnx_data")
 
@@ -57,8 +59,6 @@ def verify_dir(directory: Path, threads: int, progress: Progress) -> list[str]:
 
 
 def _whisper(directory: Path, doc: dict[str, Any], threads: int, progress: Progress) -> list[str]:
-    from exporters.whisper.runner import DecodeConfig, OnnxWhisper
-
     problems = []
     config = DecodeConfig.from_manifest(doc)
     with np.load(directory / doc["parity"]["file"]) as data:
@@ -84,8 +84,7 @@ def _whisper(directory: Path, doc: dict[str, Any], threads: int, progress: Progr
 
 def _quantized(directory: Path, name: str, record: dict[str, Any], threads: int,
                progress: Progress) -> list[str]:
-    from edge_agent.runtime import make_session
-    from exporters.compare import output_diff, run_feeds
+    from exporters.compare import output_diff, run_feeds  # onnx: only the quantized check needs it
 
     fixture = record.get("fixture")
     if not fixture:

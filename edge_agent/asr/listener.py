@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from edge_agent.asr.whisper import Padding, WhisperOnnx
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.pump import Pump
-from edge_agent.audio.sources import AudioSource
+from edge_agent.audio.sources import AudioSource, SoundDeviceSource
 from edge_agent.config import AsrSettings, Settings
 from edge_agent.models.store import ModelStore
+from edge_agent.providers import for_use
+from edge_agent.vad import make_segmenter
 from edge_agent.vad.classifiers import SAMPLE_RATE
 from edge_agent.vad.segmenter import Segmenter, Utterance
 
@@ -149,12 +151,7 @@ def build_listener(settings: Settings, store: ModelStore, source: AudioSource | 
 
     Models load first, so a missing export fails before the microphone is opened.
     """
-    from edge_agent.audio.sources import SoundDeviceSource
-    from edge_agent.vad import make_segmenter
-
     segmenter = make_segmenter(settings.vad, store)
-    from edge_agent.providers import for_use
-
     model = WhisperOnnx.from_settings(settings.asr, settings.models, for_use(settings, "asr"))
     if source is None:
         source = SoundDeviceSource(settings.audio.input_device)

@@ -27,6 +27,7 @@ from edge_agent.bench.report import emit, machine, percentile
 from edge_agent.commands.context import Context
 from edge_agent.config import parse_override, parse_uri
 from edge_agent.errors import UsageError
+from edge_agent.mqtt.localbroker import LocalBroker
 
 TEXTS = (
     "Dinner is ready.",
@@ -83,6 +84,7 @@ class _TimingOpener:
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
+    # The daemon brings paho (~50 ms); every bench module is imported to build the parser.
     from edge_agent.daemon import Daemon, SettingsSource, local_synthesizer
 
     if args.count < 2:
@@ -92,8 +94,6 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         broker = None
         url = args.broker
         if url is None:
-            from edge_agent.mqtt.localbroker import LocalBroker
-
             broker = LocalBroker(tmp / "broker").start()
             url = broker.url
         try:
@@ -131,7 +131,7 @@ class _Producer:
     """Publishes announcements and follows their statuses."""
 
     def __init__(self, url: str, status_topic: str) -> None:
-        import paho.mqtt.client as mqtt
+        import paho.mqtt.client as mqtt  # lazy like the daemon in run()
         from paho.mqtt.enums import CallbackAPIVersion
 
         ep = parse_uri(url, ("mqtt",))

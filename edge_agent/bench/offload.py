@@ -27,7 +27,10 @@ from edge_agent.offload.codecs import available_codecs
 from edge_agent.offload.pool import ServerPool
 from edge_agent.offload.router import SynthRouter
 from edge_agent.offload.server import ServerThread
+from edge_agent.runtime import make_session
+from edge_agent.tts import kokoro
 from edge_agent.tts.local import LocalSynthesizer
+from edge_agent.tts.piper import PiperVoice
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Voice
 
@@ -199,8 +202,6 @@ def _burst(server: ServerThread, psk: bytes, voice: Voice) -> dict[str, float]:
 
 
 def _load(store: ModelStore, voice_id: str, threads: int, speaker: str) -> Voice:
-    from edge_agent.tts import kokoro
-
     registry = VoiceRegistry(store, TtsSettings(threads=threads, idle_unload_s=0))
     registry.register_runtime("kokoro", kokoro.loader(store, speaker=speaker, threads=threads,
                                                       spin=threads > 1))
@@ -235,9 +236,6 @@ def measure_throughput(ctx: Context, psk: bytes, voice_id: str, workers: int, re
 
 def measure_model_batching(store: ModelStore, voice_id: str, threads: int, repeats: int) -> dict[str, Any]:
     """A padded batch of 8 through Piper's ONNX graph vs 8 single runs: does the model batch well?"""
-    from edge_agent.runtime import make_session
-    from edge_agent.tts.piper import PiperVoice
-
     files = store.require(voice_id)
     model = files.entry.files[0].name
     voice = PiperVoice.load(voice_id, files.path(model), files.path(f"{model}.json"), threads=threads)

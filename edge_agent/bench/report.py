@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 from collections.abc import Sequence
@@ -12,8 +13,6 @@ import numpy as np
 
 
 def machine() -> dict[str, Any]:
-    import os
-
     return {"python": platform.python_version(), "machine": platform.machine(),
             "cpus": os.cpu_count()}
 

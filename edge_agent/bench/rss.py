@@ -14,6 +14,8 @@ import resource
 import sys
 from pathlib import Path
 
+from edge_agent.cli import common_options
+
 
 def peak_rss_mb() -> float:
     """Peak resident set size of this process, in MB (VmHWM, else getrusage)."""
@@ -27,14 +29,14 @@ def peak_rss_mb() -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from edge_agent.cli import common_options
-
     parser = argparse.ArgumentParser(parents=[common_options()])
     parser.add_argument("clip", type=Path)
     parser.add_argument("--wake", action="store_true",
                         help="also load the wake models and run the clip through them")
     args = parser.parse_args(argv)
     stages: dict[str, float] = {"python": peak_rss_mb()}
+
+    # Imported after the first reading, so "python" is the interpreter and the option parser alone.
 
     from edge_agent.asr.listener import Listener, Transcriber
     from edge_agent.asr.whisper import WhisperOnnx

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,9 +11,16 @@ from typing import Any
 
 import numpy as np
 
+from edge_agent.asr.manifest import load_manifest, verify_files
+from edge_agent.asr.whisper import Padding, WhisperOnnx, resolve_export_dir
+from edge_agent.audio.sinks import AudioUnavailable, import_sounddevice
 from edge_agent.commands.context import Context
 from edge_agent.config import parse_uri
-from edge_agent.providers import Use
+from edge_agent.errors import EdgeError, ModelError
+from edge_agent.offload.auth import PSK_ENV, load_psk
+from edge_agent.offload.client import probe
+from edge_agent.providers import Use, available, for_use, running_on
+from edge_agent.tts.registry import VoiceRegistry
 
 USES: tuple[Use, ...] = ("tts", "asr", "server")
 """The uses whose providers `runtime.*` sets."""
@@ -44,8 +52,6 @@ def check_audio(ctx: Context) -> Check:
     needed = audio.output == "sounddevice" and audio.fallback == "error"
     if audio.output != "sounddevice":
         return Check("audio", True, needed, f"output is {audio.output!r} (no sound card used)")
-    from edge_agent.audio.sinks import AudioUnavailable, import_sounddevice
-
     try:
         sd = import_sounddevice()
         info = sd.query_devices(audio.output_device, "output")
@@ -75,9 +81,8 @@ def check_models(ctx: Context) -> list[Check]:
 
 def check_runtime(ctx: Context) -> Check:
     """The onnxruntime build, the providers it offers and those each use will run on."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # ~250 ms: only when doctor runs (runtime.py keeps it lazy too)
 
-    from edge_agent.providers import available, for_use
 
     uses = "; ".join(f"{use}: {', '.join(for_use(ctx.settings, use).names)}" for use in USES)
     return Check("runtime", True, False, f"onnxruntime {ort.__version__} offers {', '.join(available())}; "
@@ -86,8 +91,6 @@ def check_runtime(ctx: Context) -> Check:
 
 def _ran_on(wanted: tuple[str, ...], sessions: dict[str, Any]) -> tuple[bool, str]:
     """Whether every session got the first provider asked for, and `part on providers` for each."""
-    from edge_agent.providers import running_on
-
     where = {part: running_on(s) for part, s in sessions.items()}
     ok = all(on.split(", ")[0] == wanted[0] for on in where.values())
     return ok, ", ".join(f"{part} on {on}" for part, on in where.items())
@@ -95,10 +98,6 @@ def _ran_on(wanted: tuple[str, ...], sessions: dict[str, Any]) -> tuple[bool, st
 
 def check_tts(ctx: Context) -> Check:
     """One sentence from the configured voice on its providers; which provider each session got."""
-    from edge_agent.errors import ModelError
-    from edge_agent.providers import for_use
-    from edge_agent.tts.registry import VoiceRegistry
-
     settings = ctx.settings
     try:
         voice = VoiceRegistry(ctx.store, settings.tts, accel=for_use(settings, "tts")).get(settings.tts.voice)
@@ -118,11 +117,6 @@ def check_tts(ctx: Context) -> Check:
 def check_asr(ctx: Context) -> Check:
     """The Whisper export the listener would load: present, variant known, files as the manifest says;
     then one encoder and decoder run on its providers."""
-    from edge_agent.asr.manifest import load_manifest, verify_files
-    from edge_agent.asr.whisper import Padding, WhisperOnnx, resolve_export_dir
-    from edge_agent.errors import ModelError
-    from edge_agent.providers import for_use
-
     asr = ctx.settings.asr
     directory = resolve_export_dir(asr, ctx.settings.models)
     try:
@@ -161,6 +155,7 @@ def check_broker(ctx: Context, timeout: float) -> Check:
 
 def _mqtt_connect(host: str, port: int, tls: bool, timeout: float) -> tuple[bool, str]:
     """A real MQTT CONNECT/CONNACK, not just an open port."""
+    # paho (~50 ms) only when a broker is checked: every verb's module is imported to build the parser.
     import paho.mqtt.client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion
 
@@ -205,11 +200,6 @@ def check_server(ctx: Context, timeout: float) -> Check | list[Check]:
 
 def _offload_probe(ctx: Context, uri: str, timeout: float) -> tuple[bool, str]:
     """A real HELLO, key exchange and PING, not just an open port."""
-    import asyncio
-
-    from edge_agent.errors import EdgeError
-    from edge_agent.offload.auth import PSK_ENV, load_psk
-    from edge_agent.offload.client import probe
 
     offload = ctx.settings.offload
     ep = parse_uri(uri, ("tcp", "tls"))
@@ -244,8 +234,8 @@ def run(args: argparse.Namespace) -> int:
         lambda: check_server(ctx, args.timeout),
     ]
     failed = False
-    for probe in probes:
-        result = probe()
+    for check_one in probes:
+        result = check_one()
         for check in result if isinstance(result, list) else [result]:
             print(check.line(), flush=True)
             failed |= check.needed and not check.ok

@@ -48,6 +48,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The daemon brings paho (~50 ms); every verb's module is imported to build the parser.
     from edge_agent.daemon import Daemon, SettingsSource
 
     source = SettingsSource(Path(args.config) if args.config else None, overrides(args))

@@ -15,9 +15,12 @@ from edge_agent.logs import setup_logging
 from edge_agent.models.store import ModelStore
 from edge_agent.offload.auth import load_psk
 from edge_agent.offload.metrics import ServerMetrics
+from edge_agent.offload.monitoring import Monitor
 from edge_agent.offload.server import SynthServer, check_key
 from edge_agent.offload.transport import server_tls_context
 from edge_agent.providers import CPU, Accelerator, for_use
+from edge_agent.tts import kokoro
+from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Voice
 
 log = logging.getLogger(__name__)
@@ -35,9 +38,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
 
 def load_voices(store: ModelStore, settings: ServerSettings, accel: Accelerator = CPU) -> dict[str, Voice]:
     """Load and warm up every configured voice (a missing model says how to fetch it)."""
-    from edge_agent.tts import kokoro
-    from edge_agent.tts.registry import VoiceRegistry
-
     registry = VoiceRegistry(store, TtsSettings(threads=settings.threads, idle_unload_s=0), accel=accel)
     registry.register_runtime("kokoro", kokoro.loader(store, speaker=settings.kokoro_speaker,
                                                       threads=settings.threads,
@@ -86,8 +86,6 @@ async def _serve(settings: ServerSettings, store: ModelStore, psk: bytes | None,
     monitor = None
     probes = ""
     if settings.metrics_port is not None:
-        from edge_agent.offload.monitoring import Monitor
-
         monitor = Monitor(metrics, settings.metrics_host or settings.host, settings.metrics_port)
         mhost, mport = await monitor.start()
         probes = f"; metrics on http://{_shown(mhost)}:{mport}/metrics"

@@ -21,6 +21,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
 
 
 def run(args: argparse.Namespace) -> int:
+    # paho (through the daemon) and the wyoming library only for this verb: every verb's module is
+    # imported to build the parser.
     from edge_agent.daemon import routed_synthesizer
     from edge_agent.wyoming.service import WyomingService, load_transcriber, load_wake
 

@@ -12,11 +12,12 @@ import json
 import sys
 from pathlib import Path
 
+from edge_agent.errors import EdgeError
+from edge_agent.runtime import make_session
+
 
 def probe(path: Path) -> dict[str, object]:
     if path.suffix == ".onnx":
-        from edge_agent.runtime import make_session
-
         session = make_session(path, 1, spin=False)
         return {"file": path.name, "inputs": [i.name for i in session.get_inputs()],
                 "outputs": [o.name for o in session.get_outputs()]}
@@ -27,8 +28,6 @@ def probe(path: Path) -> dict[str, object]:
 
 
 def main(argv: list[str]) -> int:
-    from edge_agent.errors import EdgeError
-
     results = []
     for arg in argv:
         try:

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -140,8 +141,6 @@ class ClientConnection:
     @classmethod
     async def _open(cls, endpoint: Endpoint, psk: bytes | None, *, max_frame: int, tls_ca: str | None,
                     server_name: str, codecs: frozenset[Codec] | None) -> ClientConnection:
-        from pathlib import Path
-
         ssl_ctx = client_tls_context(Path(tls_ca) if tls_ca else None) if endpoint.scheme == "tls" else None
         try:
             reader, writer = await asyncio.open_connection(

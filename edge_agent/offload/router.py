@@ -23,6 +23,7 @@ from edge_agent.audio.frames import AudioChunk
 from edge_agent.audio.resample import resample
 from edge_agent.config import OffloadSettings, Settings, TtsSettings
 from edge_agent.models.store import ModelStore
+from edge_agent.offload.auth import load_psk
 from edge_agent.offload.client import (
     OffloadClient,
     RemoteError,
@@ -36,7 +37,9 @@ from edge_agent.offload.messages import Codec
 from edge_agent.offload.pool import ServerPool
 from edge_agent.offload.protocol import ErrorCode
 from edge_agent.offload.transport import OffloadError
+from edge_agent.providers import for_use
 from edge_agent.tts.local import LocalSynthesizer
+from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Voice, synthesize_sentences
 
 log = logging.getLogger(__name__)
@@ -244,10 +247,6 @@ def make_synthesizer(settings: Settings, store: ModelStore) -> SynthRouter:
 
     With no `offload.server`/`offload.servers`, or policy `local`, the router never leaves the device.
     """
-    from edge_agent.offload.auth import load_psk
-    from edge_agent.providers import for_use
-    from edge_agent.tts.registry import VoiceRegistry
-
     local = LocalSynthesizer(VoiceRegistry(store, settings.tts, accel=for_use(settings, "tts")), settings.tts)
     offload = settings.offload
     pool = None

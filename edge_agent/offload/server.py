@@ -8,6 +8,7 @@ import ipaddress
 import json
 import logging
 import ssl
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -448,8 +449,6 @@ class ServerThread:
 
     def __init__(self, settings: ServerSettings, voices: Mapping[str, Voice], psk: bytes | None, *,
                  tls: ssl.SSLContext | None = None) -> None:
-        import threading
-
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="offload-server", daemon=True)
         self.thread.start()

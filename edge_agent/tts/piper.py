@@ -24,7 +24,15 @@ from edge_agent.text.normalize import normalize
 from edge_agent.tts.phonemes import cut_at, espeak_phonemes
 from edge_agent.tts.pool import PriorityPool
 from edge_agent.tts.sentences import split_sentences
-from edge_agent.tts.vits import UnsupportedGraph, Vocoder, plan_windows, prepare, prepare_cpu
+from edge_agent.tts.vits import (
+    FIRST_FRAMES,
+    WINDOW_FRAMES,
+    UnsupportedGraph,
+    Vocoder,
+    plan_windows,
+    prepare,
+    prepare_cpu,
+)
 from edge_agent.tts.voice import by_sentence
 
 log = logging.getLogger(__name__)
@@ -295,8 +303,6 @@ def _front_profile(config: PiperConfig) -> Profile:
 def _vocoder_profile(info: Any) -> Profile:
     """The shapes the split vocoder is fed: windows of up to `WINDOW_FRAMES` (or a first window of
     `FIRST_FRAMES` plus its tail) with their context either side, and one start/end per cut."""
-    from edge_agent.tts.vits import FIRST_FRAMES, WINDOW_FRAMES
-
     def shapes(frames: int) -> dict[str, tuple[int, ...]]:
         fed: dict[str, tuple[int, ...]] = {info.latent: (1, info.channels, frames)}
         return fed | ({"starts": (len(info.cuts),), "ends": (len(info.cuts),)} if info.cuts else {})

@@ -13,6 +13,7 @@ from edge_agent.errors import ModelError
 from edge_agent.models.catalog import base_voice
 from edge_agent.models.store import ModelStore
 from edge_agent.providers import CPU, Accelerator
+from edge_agent.tts.piper import PiperVoice
 from edge_agent.tts.voice import Voice
 
 log = logging.getLogger(__name__)
@@ -98,8 +99,6 @@ class VoiceRegistry:
         return voice
 
     def _load_piper(self, voice_id: str) -> Voice:
-        from edge_agent.tts.piper import PiperVoice
-
         files = self._store.require(voice_id)
         model = files.entry.files[0]
         prepared = None

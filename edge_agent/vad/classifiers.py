@@ -15,6 +15,7 @@ import numpy as np
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.wav import to_pcm16
 from edge_agent.errors import ModelError
+from edge_agent.runtime import make_session
 
 SAMPLE_RATE = 16000
 
@@ -72,8 +73,6 @@ class SileroClassifier:
     @staticmethod
     def load(path: Path, threshold: float = 0.5) -> SileroClassifier:
         """Load the model in one thread (it is tiny; a second thread only adds overhead)."""
-        from edge_agent.runtime import make_session
-
         session = make_session(path, threads=1, spin=False)
         names = {i.name for i in session.get_inputs()}
         if names != {"input", "state", "sr"}:

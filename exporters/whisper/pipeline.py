@@ -8,10 +8,15 @@ by measurement and write everything to `manifest.json` (FORMAT.md).
 
 The export is built in a staging directory beside the target and renamed into place, so
 an interrupted run never leaves a half-written model directory.
+
+torch, onnxruntime and the modules built on torch (`reference`, `onnx_export`,
+`tokenizer_json`) are imported inside the steps that use them, so `edge-export --help`,
+planning and an up-to-date check never load torch.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import shutil
 import statistics
@@ -25,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from edge_agent.bench.clips import Clip
 from edge_agent.errors import ModelError, UsageError
@@ -35,6 +41,7 @@ from edge_agent.text.wer import wer
 from exporters.manifest import MANIFEST, file_entry, io_signature, read_manifest, write_json_atomic
 from exporters.progress import Progress
 from exporters.quantize import Feed, Mode, quantize
+from exporters.whisper.runner import DecodeConfig, OnnxWhisper
 
 log = logging.getLogger(__name__)
 
@@ -327,9 +334,6 @@ def _manifest(stage: Path, source: Source, ref: Any, ctx: _Context, *, options: 
 
 def exporter_info() -> dict[str, str]:
     """Library versions and a hash of the exporter's own code (a changed exporter re-exports)."""
-    import hashlib
-
-    import onnx
     import onnxruntime
     import torch
 
@@ -381,8 +385,6 @@ def _tokenizer(source: Source, model: Any, dest: Path,
 
 
 def _decode_config(model: Any, sp: Any, options: ExportOptions) -> Any:
-    from exporters.whisper.runner import DecodeConfig
-
     return DecodeConfig(
         eot=sp.eot, sot_sequence=sp.sot_sequence, suppress_tokens=sp.suppress_tokens,
         begin_suppress_tokens=sp.begin_suppress_tokens, n_text_layer=model.dims.n_text_layer,
@@ -439,8 +441,6 @@ def _make_variant(stage: Path, name: str, files: dict[str, str], calibration: li
 
 def _calibration(stage: Path, config: Any, ctx: _Context, options: ExportOptions) -> list[Feed]:
     """Encoder inputs (padded and unpadded mels) and decoder inputs seen while decoding with fp32."""
-    from exporters.whisper.runner import OnnxWhisper
-
     runner = OnnxWhisper(stage / "encoder.fp32.onnx", stage / "decoder.fp32.onnx", config, options.threads)
     feeds: list[Feed] = [{"mel": m[None]} for m in (*ctx.mels, *ctx.trimmed)]
     recorded: list[Feed] = []
@@ -454,8 +454,6 @@ def _calibration(stage: Path, config: Any, ctx: _Context, options: ExportOptions
 def _prepare(stage: Path, files: dict[str, str], config: Any, ctx: _Context,
              options: ExportOptions) -> tuple[Any, dict[str, Any]]:
     """Load a variant (timed), measure logit parity against PyTorch, warm it up."""
-    from exporters.whisper.runner import OnnxWhisper
-
     enc, dec = stage / files["encoder"], stage / files["decoder"]
     loads = []
     for _ in range(options.load_repeats):
