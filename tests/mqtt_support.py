@@ -237,6 +237,9 @@ class ToneSynth:
                 samples = np.full(part, level, dtype=np.float32)
                 yield AudioChunk(samples, rate, i, last=last, engine=self.engine)
 
+    def sample_rate(self, voice: str | None = None) -> int:
+        return self.rate
+
     def unload_idle(self) -> list[str]:
         return []  # it loads no voice
 

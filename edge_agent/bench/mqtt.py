@@ -20,12 +20,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+
 from edge_agent.announce.message import Announcement
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.sinks import NullSink, Sink
 from edge_agent.bench.report import emit, machine, percentile
 from edge_agent.commands.context import Context
 from edge_agent.config import parse_override, parse_uri
+from edge_agent.daemon import Daemon, SettingsSource, local_synthesizer
 from edge_agent.errors import UsageError
 from edge_agent.mqtt.localbroker import LocalBroker
 
@@ -84,9 +88,6 @@ class _TimingOpener:
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
-    # The daemon brings paho (~50 ms); every bench module is imported to build the parser.
-    from edge_agent.daemon import Daemon, SettingsSource, local_synthesizer
-
     if args.count < 2:
         raise UsageError("--count must be at least 2")
     with tempfile.TemporaryDirectory(prefix="edge-bench-mqtt-") as tmp_name:
@@ -131,9 +132,6 @@ class _Producer:
     """Publishes announcements and follows their statuses."""
 
     def __init__(self, url: str, status_topic: str) -> None:
-        import paho.mqtt.client as mqtt  # lazy like the daemon in run()
-        from paho.mqtt.enums import CallbackAPIVersion
-
         ep = parse_uri(url, ("mqtt",))
         self.finished: set[str] = set()
         self.cond = threading.Condition()

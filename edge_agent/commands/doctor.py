@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
 
 from edge_agent.asr.manifest import load_manifest, verify_files
 from edge_agent.asr.whisper import Padding, WhisperOnnx, resolve_export_dir
@@ -155,10 +157,6 @@ def check_broker(ctx: Context, timeout: float) -> Check:
 
 def _mqtt_connect(host: str, port: int, tls: bool, timeout: float) -> tuple[bool, str]:
     """A real MQTT CONNECT/CONNACK, not just an open port."""
-    # paho (~50 ms) only when a broker is checked: every verb's module is imported to build the parser.
-    import paho.mqtt.client as mqtt
-    from paho.mqtt.enums import CallbackAPIVersion
-
     done = threading.Event()
     result: list[str] = []
 

@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import paho.mqtt.client as mqtt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from paho.mqtt.enums import CallbackAPIVersion
 
 from edge_agent.commands.context import Context
 from edge_agent.config import MqttSettings, parse_uri
@@ -28,6 +30,7 @@ from edge_agent.fleet.envelope import (
     trusted_keys,
     verify,
 )
+from edge_agent.mqtt.bridge import read_password, tls_context
 from edge_agent.mqtt.topics import config_topic
 from edge_agent.safeyaml import load_yaml_file
 
@@ -182,11 +185,6 @@ def _publish_and_collect(mqtt_settings: MqttSettings, topic: str, payload: bytes
                          retain: bool, wait: float, want: str | None) -> dict[str, dict[str, Any]]:
     """Publish, then gather `config/status` reports for `version` for `wait` seconds
     (or until device `want` has reported)."""
-    # paho (~50 ms) only for `fleet push`: every verb's module is imported to build the parser.
-    import paho.mqtt.client as mqtt
-    from paho.mqtt.enums import CallbackAPIVersion
-
-    from edge_agent.mqtt.bridge import read_password, tls_context
 
     ep = parse_uri(mqtt_settings.broker, ("mqtt", "mqtts"))
     prefix = mqtt_settings.prefix

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.config import parse_override, parse_uri
+from edge_agent.daemon import Daemon, SettingsSource
 from edge_agent.errors import UsageError
 from edge_agent.logs import setup_logging
 
@@ -48,9 +49,6 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    # The daemon brings paho (~50 ms); every verb's module is imported to build the parser.
-    from edge_agent.daemon import Daemon, SettingsSource
-
     source = SettingsSource(Path(args.config) if args.config else None, overrides(args))
     settings = source.build()
     # Structured lines for journald and log shippers; plain ones on a terminal unless asked.

@@ -14,7 +14,6 @@ from edge_agent.audio.playback import play
 from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
-from edge_agent.offload.router import make_synthesizer
 from edge_agent.providers import for_use
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import synthesize
@@ -114,6 +113,9 @@ def _run_routed(args: argparse.Namespace, ctx: Context, text: str) -> int:
                 engines.append(chunk.engine)
             yield chunk
 
+    # The offload client (asyncio streams, TLS, the protocol: ~70 modules) only when synthesis may
+    # go remote; a local `say` is mostly start-up and skips it.
+    from edge_agent.offload.router import make_synthesizer
 
     router = make_synthesizer(settings, ctx.store)
     try:

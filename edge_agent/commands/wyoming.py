@@ -8,7 +8,9 @@ import signal
 from typing import Any
 
 from edge_agent.commands.context import Context
+from edge_agent.daemon import routed_synthesizer
 from edge_agent.logs import setup_logging
+from edge_agent.wyoming.service import WyomingService, load_transcriber, load_wake
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -21,11 +23,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
 
 
 def run(args: argparse.Namespace) -> int:
-    # paho (through the daemon) and the wyoming library only for this verb: every verb's module is
-    # imported to build the parser.
-    from edge_agent.daemon import routed_synthesizer
-    from edge_agent.wyoming.service import WyomingService, load_transcriber, load_wake
-
     overrides: dict[str, Any] = {}
     if args.uri:
         overrides["wyoming.uri"] = args.uri

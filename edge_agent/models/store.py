@@ -28,7 +28,6 @@ from typing import IO
 from edge_agent.atomic import atomic_write, fsync_dir
 from edge_agent.errors import ModelError
 from edge_agent.models.catalog import Catalog, CatalogEntry, ModelFile
-from edge_agent.models.download import download
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +186,10 @@ class ModelStore:
     @staticmethod
     def _download_url(entry: CatalogEntry, target: Path, say: Progress) -> None:
         """Each file from `<source.url>/<name>`, resumable (HTTP Range), verified before it lands."""
+        # urllib, http.client and ssl only when a model is fetched: a `say` with its voice in the
+        # cache never loads them.
+        from edge_agent.models.download import download
+
         for f in entry.files:
             url = f"{entry.source.url.rstrip('/')}/{f.name}"
             say(f"{entry.id}: downloading {url} ({f.size / 1e6:.1f} MB)")

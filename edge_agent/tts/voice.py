@@ -40,6 +40,10 @@ class Synthesizer(Protocol):
         """Chunks of `text` spoken by `voice` (None: the configured default)."""
         ...
 
+    def sample_rate(self, voice: str | None = None) -> int:
+        """The rate `stream` speaks `voice` at when it speaks locally (an empty text still has one)."""
+        ...
+
     def unload_idle(self) -> list[str]:
         """Free voices unused for `tts.idle_unload_s`; the ids freed."""
         ...

@@ -157,7 +157,7 @@ class TtsSession:
         finally:
             await asyncio.to_thread(_close, chunks)
         if not rate:  # nothing to say (only punctuation): still a well-formed, empty stream
-            await self.send(start_event(_rate(synth, voice)))
+            await self.send(start_event(synth.sample_rate(voice)))
         await self.send(Event(type="audio-stop", data={"timestamp": None}))
 
 
@@ -222,7 +222,3 @@ def _close(chunks: Iterator[AudioChunk]) -> None:
     if close is not None:
         close()
 
-
-def _rate(synth: Synthesizer, voice: str | None) -> int:
-    rate = getattr(synth, "sample_rate", None)
-    return int(rate(voice)) if callable(rate) else 22050

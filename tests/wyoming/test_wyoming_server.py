@@ -101,6 +101,17 @@ def test_synthesize_returns_audio_that_says_the_text(server: ServerThread, trans
     assert wer(["the front door is open"], [_heard(transcriber, audio, rate)]) == 0.0
 
 
+def test_text_with_nothing_to_say_is_an_empty_stream_at_the_voice_rate(server: ServerThread) -> None:
+    async def go() -> tuple[list[Event], np.ndarray, int]:
+        async with AsyncTcpClient(server.host, server.port) as client:
+            await client.write_event(Synthesize(text=" ").event())  # no sentence in it
+            return await _audio_until(client, "audio-stop")
+
+    events, audio, rate = asyncio.run(go())
+    assert [e.type for e in events] == ["audio-start", "audio-stop"]
+    assert rate == 22050 and audio.size == 0
+
+
 def test_streamed_text_is_spoken_sentence_by_sentence_before_the_stream_ends(
         server: ServerThread, transcriber: Any) -> None:
     async def go() -> tuple[list[Event], np.ndarray, int, list[Event]]:
