@@ -29,12 +29,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from edge_agent.asr.listener import Transcriber, Transcribing, Transcript
+from edge_agent.asr.whisper import WhisperOnnx
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.pump import Pump
-from edge_agent.audio.sources import AudioSource
+from edge_agent.audio.sources import AudioSource, SoundDeviceSource
 from edge_agent.config import ListenSettings, Settings
 from edge_agent.errors import UsageError
 from edge_agent.models.store import ModelStore
+from edge_agent.vad import make_segmenter
 from edge_agent.wake.engine import SAMPLE_RATE, Detection, WakeEngine
 
 log = logging.getLogger(__name__)
@@ -248,10 +250,6 @@ def build_hearing(settings: Settings, store: ModelStore, source: AudioSource | N
     a missing export fails before the microphone is opened; a wake-mode loop without
     a usable wake model is never built (nothing falls back to transcribing everything).
     """
-    from edge_agent.asr.whisper import WhisperOnnx
-    from edge_agent.audio.sources import SoundDeviceSource
-    from edge_agent.vad import make_segmenter
-
     mode = settings.listen.mode
     if mode == "off":
         raise UsageError("listen.mode is off: nothing listens")
