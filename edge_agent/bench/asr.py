@@ -39,7 +39,8 @@ from edge_agent.bench.report import emit, machine, median, percentile
 from edge_agent.commands.context import Context
 from edge_agent.errors import ModelError, UsageError
 from edge_agent.text.wer import wer
-from edge_agent.vad import SILERO_MODEL, Segmenter, SileroClassifier, WebRtcClassifier
+from edge_agent.tts.registry import VoiceRegistry
+from edge_agent.vad import SILERO_MODEL, Segmenter, SileroClassifier, WebRtcClassifier, make_segmenter
 from edge_agent.vad.classifiers import FrameClassifier
 
 log = logging.getLogger(__name__)
@@ -176,8 +177,6 @@ def latency(model: WhisperOnnx, ctx: Context, audio: list[Samples]) -> dict[str,
     Each clip is framed by silence and streamed through the configured VAD; the
     latency is the hangover the VAD waits (stream time) plus the measured ASR time.
     """
-    from edge_agent.vad import make_segmenter
-
     settings = ctx.settings
     values, asr = [], []
     for samples in audio:
@@ -257,8 +256,6 @@ def _clips(ctx: Context, args: argparse.Namespace) -> list[Clip]:
     count = max(1, min(args.clips, len(COMMANDS)))
     voice = None
     if "piper" in voices:
-        from edge_agent.tts.registry import VoiceRegistry
-
         voice = VoiceRegistry(ctx.store, ctx.settings.tts).get(ctx.settings.tts.voice)
     return make_clips(clips_dir(ctx.settings.models.cache_dir), COMMANDS[:count], voices, voice)
 

@@ -43,6 +43,7 @@ from edge_agent.bench.tts import TEXTS
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
 from edge_agent.text.wer import wer
+from edge_agent.tts.registry import VoiceRegistry
 
 PEERS = ("wyoming-piper==2.5.2", "wyoming-faster-whisper==3.8.1")
 GOAL = 0.5
@@ -290,8 +291,6 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     settings = ctx.settings
     if not (resolve_export_dir(settings.asr, settings.models) / "manifest.json").is_file():
         raise UsageError("no Whisper export for asr.model (run `edge-export whisper` or set asr.model)")
-    from edge_agent.tts.registry import VoiceRegistry
-
     voice = VoiceRegistry(ctx.store, settings.tts).get(settings.tts.voice)
     count = max(1, min(args.clips, len(COMMANDS)))
     clips = make_clips(clips_dir(settings.models.cache_dir), COMMANDS[:count], ["piper", "espeak"], voice)
