@@ -681,6 +681,9 @@ class WyomingSettings:
     """Longest audio a `transcribe` may send; more is refused with an error."""
     max_text_chars: int = 20000
     """Most characters one `synthesize` (or one streamed synthesis) may send."""
+    max_speech_s: float = 600.0
+    """Most audio one `synthesize` (or one streamed synthesis) is given; the rest is cut and logged.
+    What costs is what is spoken: a few characters can normalise into many words."""
     samples_per_chunk: int = 1024
     """Samples per `audio-chunk` event sent to the client."""
 
@@ -691,7 +694,7 @@ class WyomingSettings:
             raise ValueError(f"uri: {exc}") from None
         _positive(self, "max_connections", "idle_timeout_s", "event_timeout_s", "max_header_bytes",
                   "max_data_bytes", "max_payload_bytes", "max_audio_s", "max_text_chars",
-                  "samples_per_chunk")
+                  "max_speech_s", "samples_per_chunk")
         if self.max_header_bytes < 256:
             raise ValueError(f"max_header_bytes: {self.max_header_bytes} is below 256")
 

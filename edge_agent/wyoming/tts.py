@@ -26,7 +26,7 @@ from wyoming.info import Attribution, TtsProgram, TtsVoice
 from wyoming.tts import Synthesize, SynthesizeStart, SynthesizeStopped
 
 from edge_agent import __version__
-from edge_agent.audio.frames import AudioChunk
+from edge_agent.audio.frames import AudioChunk, Samples
 from edge_agent.audio.resample import resample
 from edge_agent.config import Settings
 from edge_agent.offload.breaker import BreakerState
@@ -108,11 +108,11 @@ class TtsSession:
             if self._stream is not None:
                 return  # the compatibility copy of a streamed text
             request = _parse(Synthesize.from_event, event)
-            await self._speak(_text(request.text, self._limit), _voice_name(request.voice))
+            await self._speak(_text(request.text, self._limit), _voice_name(request.voice), self._budget())
             return
         if event.type == "synthesize-start":
             start = _parse(SynthesizeStart.from_event, event)
-            self._stream = _TextStream(_voice_name(start.voice), self._limit)
+            self._stream = _TextStream(_voice_name(start.voice), self._limit, self._budget())
             return
         stream = self._stream
         if stream is None:
@@ -123,20 +123,23 @@ class TtsSession:
                 raise Refused("synthesize-chunk needs 'text' (a string)", "bad-request")
             complete = stream.push(text)
             if complete:
-                await self._speak(complete, stream.voice)
+                await self._speak(complete, stream.voice, stream.budget)
             return
         self._stream = None  # synthesize-stop
         rest = stream.finish()
         if rest:
-            await self._speak(rest, stream.voice)
+            await self._speak(rest, stream.voice, stream.budget)
         await self.send(SynthesizeStopped().event())
 
     @property
     def _limit(self) -> int:
         return self.service.settings.wyoming.max_text_chars
 
-    async def _speak(self, text: str, voice: str | None) -> None:
-        """Synthesize `text` and send it as one audio stream."""
+    def _budget(self) -> SpeechBudget:
+        return SpeechBudget(self.service.settings.wyoming.max_speech_s)
+
+    async def _speak(self, text: str, voice: str | None, budget: SpeechBudget) -> None:
+        """Synthesize `text` and send it as one audio stream, cut where `budget` runs out."""
         known = {v.id for v in self.service.voices()}
         if voice is not None and voice not in known:
             raise Refused(f"unknown voice {voice!r} (known: {', '.join(sorted(known))})", "unknown-voice")
@@ -145,13 +148,14 @@ class TtsSession:
         chunks = iter(synth.stream(text, voice))
         rate = 0
         try:
-            while (chunk := await _next_chunk(chunks)) is not None:
+            while not budget.spent and (chunk := await _next_chunk(chunks)) is not None:
                 if not rate:
                     rate = chunk.sample_rate
                     await self.send(start_event(rate))
                 samples = chunk.samples
                 if chunk.sample_rate != rate:  # an engine switch mid-text keeps the stream's rate
                     samples = resample(samples, chunk.sample_rate, rate)
+                samples = budget.take(samples, rate)
                 for out in chunk_events(samples, rate, per_chunk):
                     await self.send(out)
         finally:
@@ -161,12 +165,36 @@ class TtsSession:
         await self.send(Event(type="audio-stop", data={"timestamp": None}))
 
 
+class SpeechBudget:
+    """Seconds of audio one request may still be given (`wyoming.max_speech_s`).
+
+    Closing the generator at the cut stops the synthesis too, so the cost is bounded by audio
+    made, not by how much text the limit on characters let in."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.left_s = seconds
+        self.spent = False
+
+    def take(self, samples: Samples, rate: int) -> Samples:
+        """The part of `samples` the budget still covers; the first cut is logged once."""
+        fits = max(0, int(self.left_s * rate))
+        self.left_s -= samples.size / rate
+        if samples.size <= fits:
+            return samples
+        if not self.spent:
+            log.warning("speech cut after %g s of audio (wyoming.max_speech_s)", self.seconds)
+        self.spent = True
+        return samples[:fits]
+
+
 class _TextStream:
     """Text arriving in pieces, released a complete sentence at a time (bounded in length)."""
 
-    def __init__(self, voice: str | None, limit: int) -> None:
+    def __init__(self, voice: str | None, limit: int, budget: SpeechBudget) -> None:
         self.voice = voice
         self.limit = limit
+        self.budget = budget
         self.received = 0
         self.pending = ""
 

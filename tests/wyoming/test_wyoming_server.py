@@ -137,6 +137,36 @@ def test_streamed_text_is_spoken_sentence_by_sentence_before_the_stream_ends(
     assert wer(["the kitchen light is on the garage door is closed"], [heard]) <= 0.1, heard
 
 
+def test_speech_is_cut_at_max_speech_s_and_the_connection_stays_usable(
+        local_synth: Any, transcriber: Any) -> None:
+    # Three short sentences (~4 s) against a 1 s budget, plain and streamed; the stream's budget
+    # covers the whole stream, so its second sentence gets an empty but well-formed audio stream.
+    text = "The front door is open. The kitchen light is on. The garage door is closed."
+    capped = make_server(local_synth, None, max_speech_s=1.0)
+
+    async def go() -> tuple[np.ndarray, int, list[Event], Info]:
+        async with AsyncTcpClient(capped.host, capped.port) as client:
+            await client.write_event(Synthesize(text=text).event())
+            _, plain, rate = await _audio_until(client, "audio-stop")
+            await client.write_event(SynthesizeStart().event())
+            for sentence in text.split(". "):
+                await client.write_event(SynthesizeChunk(text=sentence.rstrip(".") + ". ").event())
+            await client.write_event(SynthesizeStop().event())
+            streamed, _, _ = await _audio_until(client, "synthesize-stopped")
+            await client.write_event(Describe().event())
+            return plain, rate, streamed, Info.from_event(await _read(client))
+
+    try:
+        plain, rate, streamed, info = asyncio.run(go())
+    finally:
+        capped.close()
+    assert plain.size == rate  # exactly the budget, not the ~4 s the text asks for
+    chunks = [AudioChunk.from_event(e) for e in streamed if AudioChunk.is_type(e.type)]
+    assert sum(len(c.audio) for c in chunks) == 2 * rate
+    assert [e.type for e in streamed].count("audio-stop") == 3
+    assert info.tts  # still answering
+
+
 def test_transcribe_hears_a_command_at_16_and_22_khz(server: ServerThread, piper_clips: list[Any]) -> None:
     from edge_agent.audio.wav import read_wav
 
