@@ -31,13 +31,21 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from edge_agent.announce.playout import DirOpener, play_chime
+from edge_agent.asr.listener import Transcriber, Transcribing
+from edge_agent.asr.whisper import WhisperOnnx
 from edge_agent.audio.frames import Samples
+from edge_agent.audio.sinks import WavSink
 from edge_agent.bench.clips import clips_dir, espeak_clip, load_16k, piper_clip
 from edge_agent.bench.report import emit, machine, median, percentile
 from edge_agent.commands.context import Context
-from edge_agent.config import WAKE_BUILTIN, WakeSettings
+from edge_agent.config import WAKE_BUILTIN, ListenSettings, WakeSettings
 from edge_agent.errors import EdgeError
+from edge_agent.listen import Heard, Hearing
 from edge_agent.text.wer import wer
+from edge_agent.tts import kokoro as kokoro_runtime
+from edge_agent.tts.registry import VoiceRegistry
+from edge_agent.vad import make_segmenter
 from edge_agent.wake import SAMPLE_RATE, WakeEngine
 
 log = logging.getLogger(__name__)
@@ -183,11 +191,7 @@ class Voices:
     """Every voice of the bench, each clip synthesized once into the clip cache."""
 
     def __init__(self, ctx: Context, kokoro: bool) -> None:
-        from edge_agent.tts.registry import VoiceRegistry
-
         self.dir = clips_dir(ctx.settings.models.cache_dir) / "wake"
-        from edge_agent.tts import kokoro as kokoro_runtime
-
         registry = VoiceRegistry(ctx.store, ctx.settings.tts)
         registry.register_runtime("kokoro", kokoro_runtime.loader(ctx.store, speaker=KOKORO_SPEAKERS[0],
                                                                   threads=2))
@@ -369,8 +373,6 @@ def _count(names: list[str]) -> dict[str, int]:
 def chime_latency(voices: Voices, runs: int = 10) -> dict[str, float]:
     """Wake -> first chime sample written, through the daemon's path (a `chime` thread, the
     announcements' opener), timed from the moment the engine returns the detection."""
-    from edge_agent.announce.playout import DirOpener, play_chime
-
     class TimedOpener(DirOpener):
         first_write = 0.0
 
@@ -410,12 +412,6 @@ def chime_latency(voices: Voices, runs: int = 10) -> dict[str, float]:
 
 def end_of_speech(ctx: Context, voices: Voices) -> dict[str, Any]:
     """End of speech -> transcript of the command after a wake word, with and without the early end."""
-    from edge_agent.asr.listener import Transcriber, Transcribing
-    from edge_agent.asr.whisper import WhisperOnnx
-    from edge_agent.config import ListenSettings
-    from edge_agent.listen import Heard, Hearing
-    from edge_agent.vad import make_segmenter
-
     settings = ctx.settings
     model = WhisperOnnx.from_settings(settings.asr, settings.models)
     engine = WakeEngine.load(WakeSettings(models=WAKE_BUILTIN))
@@ -456,8 +452,6 @@ def peak_rss(ctx: Context, voices: Voices, args: argparse.Namespace) -> dict[str
 
     clip = voices.dir / "rss-okay-nabu.wav"
     if not clip.is_file():
-        from edge_agent.audio.sinks import WavSink
-
         sink = WavSink(clip, SAMPLE_RATE)
         sink.write(pad(voices.say("piper:joe", f"{PHRASES['okay_nabu']}, {AFTER[1]}")))
         sink.close()
