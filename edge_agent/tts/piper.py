@@ -24,16 +24,9 @@ from edge_agent.text.normalize import normalize
 from edge_agent.tts.phonemes import cut_at, espeak_phonemes
 from edge_agent.tts.pool import PriorityPool
 from edge_agent.tts.sentences import split_sentences
-from edge_agent.tts.vits import (
-    FIRST_FRAMES,
-    WINDOW_FRAMES,
-    UnsupportedGraph,
-    Vocoder,
-    plan_windows,
-    prepare,
-    prepare_cpu,
-)
+from edge_agent.tts.vits import prepare, prepare_cpu
 from edge_agent.tts.voice import by_sentence
+from edge_agent.tts.windowed import FIRST_FRAMES, WINDOW_FRAMES, UnsupportedGraph, Vocoder, plan_windows
 
 log = logging.getLogger(__name__)
 

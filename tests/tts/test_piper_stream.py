@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from edge_agent.config import TtsSettings
 from edge_agent.models import ModelStore, load_catalog
 from edge_agent.runtime import cpu_fingerprint, load_weights, make_session
-from edge_agent.tts import vits
+from edge_agent.tts import vits, windowed
 from edge_agent.tts.piper import PiperVoice
 from edge_agent.tts.voice import synthesize
 
@@ -82,10 +82,10 @@ def test_windows_decode_to_the_same_samples_as_the_whole_latent(
         streaming: PiperVoice, prepared: vits.Prepared) -> None:
     ids = streaming.phoneme_ids(LONG)[0]
     z = streaming._session.run(None, streaming._inputs(ids))[0]
-    vocoder = vits.Vocoder(make_session(prepared.vocoder, 1), prepared.info)
+    vocoder = windowed.Vocoder(make_session(prepared.vocoder, 1), prepared.info)
     full = vocoder.decode(z)
     frames = z.shape[-1]
-    plans = [vits.plan_windows(frames, first=True, workers=4), vits.plan_windows(frames, first=False),
+    plans = [windowed.plan_windows(frames, first=True, workers=4), windowed.plan_windows(frames, first=False),
              [(n, n + 1) for n in range(frames)]]  # one frame at a time: every cut at its tightest
     for windows in plans:
         assert len(windows) >= 4
@@ -93,9 +93,10 @@ def test_windows_decode_to_the_same_samples_as_the_whole_latent(
         assert pieces.shape == full.shape
         assert np.abs(pieces - full).max() < 1e-5
 
-    def cut(info: vits.VocoderInfo) -> float:
-        decoder = vits.Vocoder(vocoder.session, info)
-        pieces = np.concatenate([decoder.decode(z, a, b) for a, b in vits.plan_windows(frames, first=True)])
+    def cut(info: windowed.VocoderInfo) -> float:
+        decoder = windowed.Vocoder(vocoder.session, info)
+        plan = windowed.plan_windows(frames, first=True)
+        pieces = np.concatenate([decoder.decode(z, a, b) for a, b in plan])
         return float(np.abs(pieces - full).max())
 
     # Too little context, or cuts that keep too little of it, are audibly wrong:
@@ -118,25 +119,25 @@ def test_cuts_drop_context_where_the_layers_after_them_no_longer_reach(prepared:
 
 @given(st.integers(1, 3000), st.booleans(), st.integers(1, 4))
 def test_windows_cover_the_latent_once_in_order(frames: int, first: bool, workers: int) -> None:
-    assert vits.plan_windows(0, first=first, workers=workers) == []
-    windows = vits.plan_windows(frames, first=first, workers=workers)
+    assert windowed.plan_windows(0, first=first, workers=workers) == []
+    windows = windowed.plan_windows(frames, first=first, workers=workers)
     assert windows[0][0] == 0 and windows[-1][1] == frames
     assert all(a < b for a, b in windows)
     assert all(b == c for (_, b), (c, _) in itertools.pairwise(windows))
-    head = 1 if first and frames >= vits.FIRST_FRAMES * 3 // 2 else 0
+    head = 1 if first and frames >= windowed.FIRST_FRAMES * 3 // 2 else 0
     if head:
-        assert windows[0] == (0, vits.FIRST_FRAMES)
+        assert windows[0] == (0, windowed.FIRST_FRAMES)
     rest = windows[head:]
-    assert all(b - a <= vits.WINDOW_FRAMES for a, b in rest)
+    assert all(b - a <= windowed.WINDOW_FRAMES for a, b in rest)
     if len(rest) > 1:
-        assert all(b - a >= vits.MIN_FRAMES for a, b in rest)
-        assert len(rest) % workers == 0 or len(rest) == (frames - windows[head][0]) // vits.MIN_FRAMES
+        assert all(b - a >= windowed.MIN_FRAMES for a, b in rest)
+        assert len(rest) % workers == 0 or len(rest) == (frames - windows[head][0]) // windowed.MIN_FRAMES
 
 
 def test_stream_starts_with_a_small_window_and_ends_each_sentence_once(streaming: PiperVoice) -> None:
     sentences = streaming.sentences(f"{LONG} Thank you. Bye.")
     pieces = list(streaming.stream(sentences))
-    assert pieces[0][1].size == vits.FIRST_FRAMES * 256
+    assert pieces[0][1].size == windowed.FIRST_FRAMES * 256
     assert [i for i, _, _ in pieces] == sorted(i for i, _, _ in pieces)
     assert [i for i, _, last in pieces if last] == [0, 1, 2]
     audio = np.concatenate([s for i, s, _ in pieces if i == 0])
@@ -184,7 +185,7 @@ def test_a_graph_that_is_not_piper_runs_whole(tmp_path: Path) -> None:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
     path = tmp_path / "other.onnx"
     onnx.save(helper.make_model(graph), str(path))
-    with pytest.raises(vits.UnsupportedGraph, match="no nodes"):
+    with pytest.raises(windowed.UnsupportedGraph, match="no nodes"):
         vits.prepare(path, tmp_path / "prep")
     assert not (tmp_path / "prep").exists()
 
