@@ -5,32 +5,34 @@ layer's cross-attention keys and values, so they are computed once per utterance
 decoder takes new tokens plus the self-attention cache and returns logits and the
 grown cache; decoding cost is linear in tokens.
 
-We use the TorchScript-based exporter (`dynamo=False`): it handles the data-dependent
-slicing of the positional embeddings with plain `dynamic_axes`. Two traps: openai-whisper's
-SDPA path cannot be traced by it (switched off while exporting), and the vocabulary
-projection (`x @ W.T`, W the token embedding) is constant-folded into a second, transposed
-copy of the embedding matrix: 80 MB of the 193 MB tiny.en decoder. `share_embedding`
-rewrites that MatMul as a `Gemm` with transB=1 reading the embedding itself.
+Both graphs go through torch's `torch.export`-based exporter (`dynamo=True`; the
+TorchScript one is deprecated). The frame, token and cache axes are `torch.export` dims
+(the encoder's frame count as `2 * k`: its second convolution halves it), so the positional
+slices stay symbolic and a zero-length cache runs although the trace saw three entries.
+openai-whisper's SDPA path is switched off while exporting, so the graph computes Whisper's
+own attention arithmetic, which the PyTorch reference also runs. The vocabulary projection
+reads the token embedding itself (a `Gemm` with transB=1); the TorchScript exporter used to
+constant-fold a second, transposed copy (80 MB of tiny.en's decoder), and
+`check_embedding_stored_once` keeps that from coming back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import onnx
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 from whisper.model import MultiHeadAttention, ResidualAttentionBlock, Whisper
 
+from exporters.torch_onnx import quiet
 from exporters.whisper.reference import encode
 
-OPSET = 17
+OPSET = 18
 ENCODER_INPUTS = ["mel"]
 ENCODER_OUTPUTS = ["cross_k", "cross_v"]
 DECODER_INPUTS = ["tokens", "self_k_in", "self_v_in", "cross_k", "cross_v", "offset"]
@@ -128,22 +130,20 @@ class DecoderGraph(nn.Module):
 
 
 def export_encoder(model: Whisper, path: Path) -> None:
-    n_frames = 2 * model.dims.n_audio_ctx
-    mel = torch.randn(1, model.dims.n_mels, n_frames)
-    with sdpa_disabled(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the tracer's warnings about dynamic shapes are expected
+    d = model.dims
+    half = torch.export.Dim("n_audio_frames", min=1, max=d.n_audio_ctx)
+    mel = torch.randn(1, d.n_mels, 200)
+    with sdpa_disabled(), quiet():
         torch.onnx.export(
-            EncoderGraph(model).eval(), (mel,), str(path), dynamo=False, opset_version=OPSET,
-            input_names=ENCODER_INPUTS, output_names=ENCODER_OUTPUTS,
-            dynamic_axes={"mel": {2: "n_frames"}, "cross_k": {2: "n_audio_frames"},
-                          "cross_v": {2: "n_audio_frames"}},
-            do_constant_folding=True,
+            EncoderGraph(model).eval(), (mel,), str(path), dynamo=True, external_data=False,
+            opset_version=OPSET, input_names=ENCODER_INPUTS, output_names=ENCODER_OUTPUTS,
+            dynamic_shapes=({2: 2 * half},), verbose=False,
         )
-    # The tracer names the stacked batch axis after a Concat; it is always 1.
+    # Name the axes as FORMAT.md does (the exporter writes `2*n_audio_frames` and its own symbols).
     model_proto = onnx.load(str(path))
-    shape = [model.dims.n_text_layer, 1, "n_audio_frames", model.dims.n_text_state]
+    set_shape(model_proto.graph.input[0], [1, d.n_mels, "n_frames"])
     for output in model_proto.graph.output:
-        set_shape(output, shape)
+        set_shape(output, [d.n_text_layer, 1, "n_audio_frames", d.n_text_state])
     onnx.save(model_proto, str(path))
 
 
@@ -169,51 +169,25 @@ def export_decoder(model: Whisper, path: Path) -> None:
         torch.randn(d.n_text_layer, 1, n_audio, d.n_text_state),
         torch.tensor(n_past, dtype=torch.int64),
     )
-    with sdpa_disabled(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    tokens = torch.export.Dim("n_tokens", min=1, max=d.n_text_ctx)
+    past = torch.export.Dim("n_past", min=0, max=d.n_text_ctx)
+    audio = torch.export.Dim("n_audio_frames", min=1, max=d.n_audio_ctx)
+    with sdpa_disabled(), quiet():
         torch.onnx.export(
-            DecoderGraph(model).eval(), args, str(path), dynamo=False, opset_version=OPSET,
-            input_names=DECODER_INPUTS, output_names=DECODER_OUTPUTS,
-            dynamic_axes={
-                "tokens": {1: "n_tokens"},
-                "self_k_in": {2: "n_past"}, "self_v_in": {2: "n_past"},
-                "cross_k": {2: "n_audio_frames"}, "cross_v": {2: "n_audio_frames"},
-                "logits": {1: "n_tokens"},
-                "self_k_out": {2: "n_total"}, "self_v_out": {2: "n_total"},
-            },
-            do_constant_folding=True,
+            DecoderGraph(model).eval(), args, str(path), dynamo=True, external_data=False,
+            opset_version=OPSET, input_names=DECODER_INPUTS, output_names=DECODER_OUTPUTS,
+            dynamic_shapes=({1: tokens}, {2: past}, {2: past}, {2: audio}, {2: audio}, None), verbose=False,
         )
-    model = onnx.load(str(path))
-    if not share_embedding(model, "model.decoder.token_embedding.weight"):
-        raise RuntimeError("decoder export: vocabulary projection not found; the graph layout changed")
-    onnx.save(model, str(path))
+    model_proto = onnx.load(str(path))
+    for output in model_proto.graph.output[1:]:  # the exporter writes `n_tokens + n_past`
+        set_shape(output, [d.n_text_layer, 1, "n_total", d.n_text_state])
+    check_embedding_stored_once(model_proto, d.n_vocab, d.n_text_state)
+    onnx.save(model_proto, str(path))
 
 
-def share_embedding(model: onnx.ModelProto, embedding: str) -> bool:
-    """Make the vocabulary projection read `embedding` instead of a transposed copy.
-
-    Returns False (and changes nothing) when no MatMul reads an exact transposed copy.
-    """
-    from onnx import numpy_helper
-
-    graph = model.graph
-    inits = {i.name: i for i in graph.initializer}
-    if embedding not in inits:
-        return False
-    weight = numpy_helper.to_array(inits[embedding])
-    for index, node in enumerate(graph.node):
-        if node.op_type != "MatMul" or node.input[1] not in inits:
-            continue
-        copy = inits[node.input[1]]
-        if tuple(copy.dims) != weight.shape[::-1]:
-            continue
-        if not np.array_equal(numpy_helper.to_array(copy), weight.T):
-            continue
-        gemm = onnx.helper.make_node("Gemm", [node.input[0], embedding], list(node.output),
-                                     name=node.name or "vocab_projection", transB=1)
-        graph.node.remove(node)
-        graph.node.insert(index, gemm)
-        if not any(copy.name in n.input for n in graph.node):
-            graph.initializer.remove(copy)
-        return True
-    return False
+def check_embedding_stored_once(model: onnx.ModelProto, n_vocab: int, n_state: int) -> None:
+    """Fail if the graph holds the token embedding twice (a transposed copy for the projection)."""
+    tables = [i.name for i in model.graph.initializer if sorted(i.dims) == sorted([n_vocab, n_state])]
+    if len(tables) != 1:
+        raise RuntimeError(f"decoder export: {len(tables)} vocabulary-sized tables ({tables}), expected the "
+                           "token embedding once; the exporter's graph layout changed")

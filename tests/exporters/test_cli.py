@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from exporters.cli import main
+from exporters.torch_onnx import quiet
 
 
 def _fails_with(capsys: pytest.CaptureFixture[str], argv: list[str], *needles: str) -> str:
@@ -44,8 +45,10 @@ def conv_model(tmp_path: Path) -> Path:
     torch.manual_seed(0)
     path = tmp_path / "src" / "net.onnx"
     path.parent.mkdir()
-    torch.onnx.export(ConvNet().eval(), (torch.randn(1, 8, 20),), str(path), dynamo=False,
-                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {2: "t"}}, opset_version=17)
+    with quiet():
+        torch.onnx.export(ConvNet().eval(), (torch.randn(1, 8, 20),), str(path), dynamo=True, external_data=False,
+                          input_names=["x"], output_names=["y"], dynamic_shapes=({2: torch.export.Dim("t")},),
+                          opset_version=18, verbose=False)
     return path
 
 
