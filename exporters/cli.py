@@ -1,4 +1,4 @@
-"""`edge-export`: whisper | quantize | verify.
+"""`edge-export`: whisper | vocoder | quantize | verify.
 
 Exit codes: 0 ok, 2 bad usage or bad input (one line on stderr), 1 internal failure.
 """
@@ -19,6 +19,7 @@ from exporters.quantize import MODES
 from exporters.quantize_cmd import quantize_and_measure
 from exporters.report import variant_table
 from exporters.verify import verify_dir
+from exporters.vocoder import pipeline as vocoder_pipeline
 from exporters.whisper.pipeline import (
     DEFAULT_VARIANTS,
     VARIANTS,
@@ -69,6 +70,24 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--max-tokens", type=_positive, help="cap on decoded tokens per clip")
     w.set_defaults(handler=run_whisper)
 
+    voc = sub.add_parser("vocoder", parents=[common], help="HiFi-GAN weights -> measured streaming ONNX",
+                         description="Export a HiFi-GAN V1 generator to ONNX (whole and windowed), derive "
+                         "variants, measure them against PyTorch (waveform, log-mel distance, RTF, and "
+                         "the round trip through our ASR) and write manifest.json.")
+    voc.add_argument("--source", required=True, metavar="ID|PATH",
+                     help="catalog id (hifigan-universal, hifigan-ljspeech) or a generator checkpoint "
+                     "with its config.json beside it")
+    voc.add_argument("--out", type=Path, metavar="DIR",
+                     help="export directory (default: <models.cache_dir>/exported/<source>)")
+    voc.add_argument("--variants", default=",".join(vocoder_pipeline.DEFAULT_VARIANTS),
+                     help=f"comma-separated, from {','.join(vocoder_pipeline.VARIANTS)} "
+                     "(default: %(default)s)")
+    voc.add_argument("--asr", type=Path, metavar="DIR",
+                     help="Whisper export the round trip is transcribed with (default: "
+                     "<models.cache_dir>/exported/whisper-tiny.en, made by `edge-export whisper`)")
+    voc.add_argument("--force", action="store_true", help="export even if DIR is up to date")
+    voc.set_defaults(handler=run_vocoder)
+
     q = sub.add_parser("quantize", parents=[common], help="compress one ONNX model and measure it",
                        description="Write MODEL.onnx compressed by --mode to --out, measure it side by "
                        "side with the source and record the result in manifest.json beside --out.")
@@ -105,6 +124,36 @@ def run_whisper(args: argparse.Namespace) -> int:
         clips = clip_set(store, threads=args.threads)
         manifest = export_whisper(source, out, clips, options, progress)
     print(variant_table(manifest))
+    print(out)
+    return 0
+
+
+def run_vocoder(args: argparse.Namespace) -> int:
+    from edge_agent.bench.clips import clip_set
+    from exporters.manifest import read_manifest
+    from exporters.report import vocoder_table
+    from exporters.vocoder.hifigan import load_generator, resolve_source
+    from exporters.vocoder.pipeline import ExportOptions, export_vocoder, parse_variants, up_to_date
+    from exporters.vocoder.transcriber import asr_for_round_trip
+
+    progress = _progress(args)
+    variants = parse_variants(args.variants)
+    store = Context(args).store
+    source = resolve_source(args.source, store, progress)
+    out = args.out or store.cache_dir / "exported" / source.name
+    options = ExportOptions(variants=variants, threads=args.threads)
+    if not args.force and up_to_date(out, source, options):
+        progress(f"{out}: up to date (same source sha256 and variants); --force re-exports")
+        manifest = read_manifest(out)
+    else:
+        with progress.step(f"loading {source.ref} into PyTorch"):
+            generator, config = load_generator(source)  # a bad checkpoint fails before anything else
+        asr_dir = args.asr or store.cache_dir / "exported" / "whisper-tiny.en"
+        transcribe, asr = asr_for_round_trip(asr_dir, args.threads)
+        clips = clip_set(store, threads=args.threads)
+        manifest = export_vocoder(source, out, clips, generator=generator, config=config,
+                                  transcribe=transcribe, asr=asr, options=options, progress=progress)
+    print(vocoder_table(manifest))
     print(out)
     return 0
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from edge_agent.errors import ModelError
+from edge_agent.errors import ModelError, UsageError
 from edge_agent.models.store import sha256_file
 from edge_agent.text.wer import UNIT as WER_UNIT
 
@@ -78,3 +83,55 @@ def wer_scale(doc: dict[str, Any]) -> float:
         return _WER_SCALE[unit]
     except (KeyError, TypeError):
         raise ModelError(f"manifest: unknown wer_unit {unit!r} (known: {', '.join(_WER_SCALE)})") from None
+
+
+def exporter_info(package: Path) -> dict[str, str]:
+    """Library versions and a hash of an exporter's own code (`package`'s modules and the
+    shared quantizer): a changed exporter re-exports."""
+    import onnx
+    import onnxruntime
+    import torch
+
+    digest = hashlib.sha256()
+    for path in sorted([*package.glob("*.py"), Path(__file__).with_name("quantize.py")]):
+        digest.update(path.read_bytes())
+    return {"revision": digest.hexdigest()[:16], "torch": torch.__version__, "onnx": onnx.__version__,
+            "onnxruntime": onnxruntime.__version__}
+
+
+def check_target(out_dir: Path) -> None:
+    """Refuse to replace anything but an earlier export directory."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir}: exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
+        raise UsageError(f"--out {out_dir}: not empty and not an export directory; refusing to replace it")
+
+
+@contextmanager
+def staged(out_dir: Path) -> Iterator[Path]:
+    """A staging directory beside `out_dir`, renamed into place when the block completes.
+
+    An interrupted export never leaves a half-written model directory: the staging
+    directory is removed on any error, and the old export is replaced only at the end.
+    """
+    check_target(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.staging-", dir=out_dir.parent))
+    try:
+        yield stage
+        old = None
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old-{int(time.time())}")
+            out_dir.rename(old)
+        stage.rename(out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line, for a variant that failed."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]

@@ -13,6 +13,7 @@ import numpy as np
 
 from edge_agent.models.store import sha256_file
 from edge_agent.runtime import make_session
+from edge_agent.tts.melvocoder import FORMAT as VOCODER_FORMAT
 from exporters.manifest import MANIFEST, read_manifest
 from exporters.progress import Progress
 from exporters.whisper.runner import DecodeConfig, OnnxWhisper
@@ -51,7 +52,9 @@ def verify_dir(directory: Path, threads: int, progress: Progress) -> list[str]:
     progress(f"{directory}: {len(doc['files'])} files, hashes {'ok' if not problems else 'FAILED'}")
     if problems:
         return problems
-    if "variants" in doc and "parity" in doc:
+    if doc.get("format") == VOCODER_FORMAT:
+        problems += _vocoder(directory, doc, threads, progress)
+    elif "variants" in doc and "parity" in doc:
         problems += _whisper(directory, doc, threads, progress)
     for name, record in doc.get("quantized", {}).items():
         problems += _quantized(directory, name, record, threads, progress)
@@ -79,6 +82,34 @@ def _whisper(directory: Path, doc: dict[str, Any], threads: int, progress: Progr
         if not ok:
             problems.append(f"{directory / files['decoder']}: logits differ from PyTorch by {worst:.3g}, "
                             f"the manifest recorded {recorded:.3g} ({name})")
+    return problems
+
+
+def _vocoder(directory: Path, doc: dict[str, Any], threads: int, progress: Progress) -> list[str]:
+    """Each variant's whole graph and windowed device path against PyTorch's waveforms."""
+    from edge_agent.runtime import make_session
+    from edge_agent.tts.melvocoder import MelVocoder
+    from exporters.vocoder.pipeline import parity_diffs
+
+    problems = []
+    for name, variant in doc["variants"].items():
+        if "error" in variant:
+            continue
+        files = variant["files"]
+        vocoder = MelVocoder.load(directory, name, threads)
+        try:
+            diffs = parity_diffs(directory, doc["parity"], make_session(directory / files["whole"], threads),
+                                 vocoder)
+        finally:
+            vocoder.close()
+        for key, file in (("max_abs_diff", files["whole"]), ("window_diff", files["windowed"])):
+            worst, recorded = diffs[key], float(variant[key])
+            ok = worst <= tolerance(recorded)
+            verdict = "ok" if ok else "FAILED"
+            progress(f"  {file}: max waveform diff {worst:.3g} (recorded {recorded:.3g}) {verdict}")
+            if not ok:
+                problems.append(f"{directory / file}: waveform differs from PyTorch by {worst:.3g}, "
+                                f"the manifest recorded {recorded:.3g} ({name})")
     return problems
 
 

@@ -55,10 +55,11 @@ def _mel_to_hz(mels: Float64) -> Float64:
 
 
 @lru_cache(maxsize=4)
-def mel_filters(n_mels: int, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT) -> Features:
-    """Triangular mel filters [n_mels, n_fft // 2 + 1] with Slaney area normalisation."""
+def mel_filters(n_mels: int, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT, fmin: float = 0.0,
+                fmax: float | None = None) -> Features:
+    """Triangular mel filters [n_mels, n_fft // 2 + 1] over fmin..fmax (default Nyquist), Slaney norm."""
     fft_freqs = np.linspace(0.0, sample_rate / 2, n_fft // 2 + 1)
-    edges = np.array([0.0, sample_rate / 2])
+    edges = np.array([fmin, sample_rate / 2 if fmax is None else fmax])
     mel_min, mel_max = _hz_to_mel(edges.copy())
     mel_points = _mel_to_hz(np.linspace(mel_min, mel_max, n_mels + 2))
     widths = np.diff(mel_points)

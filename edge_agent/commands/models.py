@@ -26,12 +26,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
 
 def list_models(args: argparse.Namespace) -> int:
     store = Context(args).store
-    print(f"{'ID':<20} {'TASK':<11} {'SIZE':>9}  {'RATE':>6}  {'STATE':<8} LICENCE")
+    print(f"{'ID':<20} {'TASK':<14} {'SIZE':>9}  {'RATE':>6}  {'STATE':<17} LICENCE")
     for entry in store.catalog:
-        state = "present" if store.locate(entry.id) else "-"
+        states = ["present" if store.locate(entry.id) else "-"]
+        # Sources (Whisper, HiFi-GAN) run on the device once `edge-export` has converted them.
+        if (store.cache_dir / "exported" / entry.id / "manifest.json").is_file():
+            states.append("exported")
         rate = str(entry.sample_rate or "")
         size = f"{entry.total_size / 1e6:.1f} MB"
-        print(f"{entry.id:<20} {entry.task:<11} {size:>9}  {rate:>6}  {state:<8} {entry.licence}")
+        print(f"{entry.id:<20} {entry.task:<14} {size:>9}  {rate:>6}  {', '.join(states):<17} {entry.licence}")
     return 0
 
 

@@ -16,11 +16,9 @@ planning and an up-to-date check never load torch.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 import statistics
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -30,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 
 from edge_agent.bench.clips import Clip
 from edge_agent.errors import ModelError, UsageError
@@ -38,7 +35,17 @@ from edge_agent.models import ModelStore
 from edge_agent.models.store import sha256_file
 from edge_agent.text.wer import UNIT as WER_UNIT
 from edge_agent.text.wer import wer
-from exporters.manifest import MANIFEST, file_entry, io_signature, read_manifest, write_json_atomic
+from exporters.manifest import (
+    MANIFEST,
+    check_target,
+    file_entry,
+    io_signature,
+    one_line,
+    read_manifest,
+    staged,
+    write_json_atomic,
+)
+from exporters.manifest import exporter_info as manifest_exporter_info
 from exporters.progress import Progress
 from exporters.quantize import Feed, Mode, quantize
 from exporters.whisper.runner import DecodeConfig, OnnxWhisper
@@ -181,21 +188,15 @@ def export_whisper(source: Source, out_dir: Path, clips: list[Clip], options: Ex
 
     from exporters.whisper import reference as ref_mod
 
-    _check_target(out_dir)
+    check_target(out_dir)
     with progress.step(f"loading {source.ref} into PyTorch"):
         model = ref_mod.load_model(source.path)
     torch.set_num_threads(options.threads)
     ref = ref_mod.Reference(model, options.max_tokens)
     ctx = _reference_pass(source, ref, clips, options, progress)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.staging-", dir=out_dir.parent))
-    try:
+    with staged(out_dir) as stage:
         manifest = _export_into(stage, source, model, ref, ctx, options=options, progress=progress)
         write_json_atomic(stage / MANIFEST, manifest)
-        _replace_dir(stage, out_dir)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
     return manifest
 
 
@@ -281,11 +282,11 @@ def _build_variants(stage: Path, config: Any, ctx: _Context, options: ExportOpti
             variants[name] |= measured
         except Exception as exc:  # a variant that fails is recorded, not fatal
             log.debug("variant %s failed:\n%s", name, traceback.format_exc())
-            variants[name] |= {"files": {}, "error": _one_line(exc)}
+            variants[name] |= {"files": {}, "error": one_line(exc)}
             for f in files.values():
                 (stage / f).unlink(missing_ok=True)
             if name == "fp32":
-                raise ModelError(f"fp32 export does not run: {_one_line(exc)}") from exc
+                raise ModelError(f"fp32 export does not run: {one_line(exc)}") from exc
     return variants, runners
 
 
@@ -333,16 +334,7 @@ def _manifest(stage: Path, source: Source, ref: Any, ctx: _Context, *, options: 
 
 
 def exporter_info() -> dict[str, str]:
-    """Library versions and a hash of the exporter's own code (a changed exporter re-exports)."""
-    import onnxruntime
-    import torch
-
-    digest = hashlib.sha256()
-    here = Path(__file__).resolve().parent
-    for path in sorted([*here.glob("*.py"), here.parent / "quantize.py"]):
-        digest.update(path.read_bytes())
-    return {"revision": digest.hexdigest()[:16], "torch": torch.__version__, "onnx": onnx.__version__,
-            "onnxruntime": onnxruntime.__version__}
+    return manifest_exporter_info(Path(__file__).resolve().parent)
 
 
 def pick_default(variants: dict[str, dict[str, Any]]) -> str:
@@ -355,23 +347,6 @@ def pick_default(variants: dict[str, dict[str, Any]]) -> str:
 
 
 # -- steps --------------------------------------------------------------------------------------
-
-
-def _check_target(out_dir: Path) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"--out {out_dir}: exists and is not a directory")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
-        raise UsageError(f"--out {out_dir}: not empty and not an export directory; refusing to replace it")
-
-
-def _replace_dir(stage: Path, out_dir: Path) -> None:
-    old = None
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{int(time.time())}")
-        out_dir.rename(old)
-    stage.rename(out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _tokenizer(source: Source, model: Any, dest: Path,
@@ -526,8 +501,3 @@ def _report(progress: Progress, name: str, v: dict[str, Any]) -> None:
     progress(f"  {name}: {v['size_bytes'] / 1e6:.1f} MB, load {v['load_s']:.2f} s, RTF {v['rtf']:.3f}, "
              f"max logit diff {v['max_logit_diff']:.2e}, WER vs PyTorch {v['wer']:.3f}, "
              f"vs text {v['wer_truth']:.3f} (drift {v['wer_drift']:+.3f})")
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]

@@ -15,6 +15,18 @@ def test_models_list_shows_every_catalog_model_and_the_installed_voice():
     rows = {line.split()[0]: line for line in result.stdout.splitlines()[1:]}
     assert "present" in rows["en_US-joe-medium"]
     assert {"kokoro-82m", "whisper-tiny.en", "whisper-base", "silero-vad"} <= set(rows)
+    for vocoder in ("hifigan-universal", "hifigan-ljspeech"):
+        assert rows[vocoder].split()[1] == "vocoder-source" and "MIT" in rows[vocoder]
+
+
+def test_models_list_says_which_sources_have_an_export(tmp_path):
+    cache = tmp_path / "cache"
+    (cache / "exported" / "hifigan-ljspeech").mkdir(parents=True)
+    (cache / "exported" / "hifigan-ljspeech" / "manifest.json").write_text("{}")
+    result = run_cli("models", "list", "--set", f"models.cache_dir={cache}")
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[1:]}
+    assert "exported" in rows["hifigan-ljspeech"] and "exported" not in rows["hifigan-universal"]
 
 
 def test_models_verify_rehashes_the_voice():

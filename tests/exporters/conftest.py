@@ -67,3 +67,30 @@ def tiny_en_export(shared_cache: Path, store: ModelStore, clips: list[Clip]) -> 
         shutil.rmtree(out, ignore_errors=True)
         export_whisper(source, out, clips, options, progress)
     return out
+
+
+UNIVERSAL_CLIPS = 2
+"""Clips in the test run's round trip: the first espeak and Piper commands (the CLI takes them all)."""
+
+
+@pytest.fixture(scope="session")
+def universal_export(shared_cache: Path, store: ModelStore, clips: list[Clip], tiny_en_export: Path) -> Path:
+    """The real universal HiFi-GAN export (fp32, fp16), made once and reused while its source is unchanged."""
+    from exporters.verify import verify_dir
+    from exporters.vocoder.hifigan import load_generator, resolve_source
+    from exporters.vocoder.pipeline import ExportOptions, export_vocoder, up_to_date
+    from exporters.vocoder.transcriber import asr_for_round_trip
+
+    progress = Progress(quiet=True)
+    source = resolve_source("hifigan-universal", store, progress)
+    out = shared_cache / "exported-tests" / f"hifigan-universal-{source.sha256[:16]}"
+    options = ExportOptions(variants=("fp32", "fp16"), parity_clips=(0,), load_repeats=1, timing_repeats=1)
+    if not (up_to_date(out, source, options) and not verify_dir(out, 2, progress)):
+        shutil.rmtree(out, ignore_errors=True)
+        generator, config = load_generator(source)
+        transcribe, asr = asr_for_round_trip(tiny_en_export, 2)
+        subset = clips[:UNIVERSAL_CLIPS]
+        assert {c.engine for c in subset} == {"espeak", "piper"}
+        export_vocoder(source, out, subset, generator=generator, config=config, transcribe=transcribe,
+                       asr=asr, options=options, progress=progress)
+    return out
