@@ -34,7 +34,8 @@ def list_models(args: argparse.Namespace) -> int:
             states.append("exported")
         rate = str(entry.sample_rate or "")
         size = f"{entry.total_size / 1e6:.1f} MB"
-        print(f"{entry.id:<20} {entry.task:<14} {size:>9}  {rate:>6}  {', '.join(states):<17} {entry.licence}")
+        state = ", ".join(states)
+        print(f"{entry.id:<20} {entry.task:<14} {size:>9}  {rate:>6}  {state:<17} {entry.licence}")
     return 0
 
 

@@ -46,9 +46,9 @@ def conv_model(tmp_path: Path) -> Path:
     path = tmp_path / "src" / "net.onnx"
     path.parent.mkdir()
     with quiet():
-        torch.onnx.export(ConvNet().eval(), (torch.randn(1, 8, 20),), str(path), dynamo=True, external_data=False,
-                          input_names=["x"], output_names=["y"], dynamic_shapes=({2: torch.export.Dim("t")},),
-                          opset_version=18, verbose=False)
+        torch.onnx.export(ConvNet().eval(), (torch.randn(1, 8, 20),), str(path), dynamo=True,
+                          external_data=False, input_names=["x"], output_names=["y"],
+                          dynamic_shapes=({2: torch.export.Dim("t")},), opset_version=18, verbose=False)
     return path
 
 
