@@ -23,9 +23,10 @@ import numpy.typing as npt
 from edge_agent.audio.frames import Samples
 from edge_agent.errors import ModelError
 from edge_agent.models.store import sha256_file
+from edge_agent.providers import CPU, Accelerator
 from edge_agent.runtime import make_session
 from edge_agent.tts.pool import PriorityPool
-from edge_agent.tts.windowed import Vocoder, VocoderInfo, plan_windows
+from edge_agent.tts.windowed import Vocoder, VocoderInfo, plan_windows, window_profile
 
 log = logging.getLogger(__name__)
 
@@ -96,15 +97,18 @@ class MelVocoder:
         self._pool = PriorityPool(self._workers, "vocoder")
 
     @staticmethod
-    def load(directory: Path, variant: str | None = None, threads: int = 2) -> MelVocoder:
-        """`variant` (default: the manifest's) of the export in `directory`."""
-        return MelVocoder.load_export(VocoderExport.load(directory), variant, threads)
+    def load(directory: Path, variant: str | None = None, threads: int = 2, *,
+             accel: Accelerator = CPU) -> MelVocoder:
+        """`variant` (default: the manifest's) of the export in `directory`, on `accel`'s providers."""
+        return MelVocoder.load_export(VocoderExport.load(directory), variant, threads, accel=accel)
 
     @staticmethod
-    def load_export(export: VocoderExport, variant: str | None = None, threads: int = 2) -> MelVocoder:
+    def load_export(export: VocoderExport, variant: str | None = None, threads: int = 2, *,
+                    accel: Accelerator = CPU) -> MelVocoder:
         path = export.windowed_file(variant)
         started = time.perf_counter()
-        session = make_session(path, 1, shapes_vary=True)  # one thread per window, `threads` windows at once
+        # One thread per window, `threads` windows at once (as the Piper voice's vocoder runs).
+        session = make_session(path, 1, shapes_vary=True, accel=accel, profile=window_profile(export.info))
         names = {i.name for i in session.get_inputs()}
         if export.info.latent not in names:
             raise ModelError(f"{path}: has no input {export.info.latent!r} ({', '.join(sorted(names))})")

@@ -26,7 +26,7 @@ from edge_agent.tts.pool import PriorityPool
 from edge_agent.tts.sentences import split_sentences
 from edge_agent.tts.vits import prepare, prepare_cpu
 from edge_agent.tts.voice import by_sentence
-from edge_agent.tts.windowed import FIRST_FRAMES, WINDOW_FRAMES, UnsupportedGraph, Vocoder, plan_windows
+from edge_agent.tts.windowed import UnsupportedGraph, Vocoder, plan_windows, window_profile
 
 log = logging.getLogger(__name__)
 
@@ -293,17 +293,6 @@ def _front_profile(config: PiperConfig) -> Profile:
     return Profile(shapes(1), shapes(128), shapes(MAX_IDS))
 
 
-def _vocoder_profile(info: Any) -> Profile:
-    """The shapes the split vocoder is fed: windows of up to `WINDOW_FRAMES` (or a first window of
-    `FIRST_FRAMES` plus its tail) with their context either side, and one start/end per cut."""
-    def shapes(frames: int) -> dict[str, tuple[int, ...]]:
-        fed: dict[str, tuple[int, ...]] = {info.latent: (1, info.channels, frames)}
-        return fed | ({"starts": (len(info.cuts),), "ends": (len(info.cuts),)} if info.cuts else {})
-
-    longest = max(WINDOW_FRAMES, FIRST_FRAMES + FIRST_FRAMES // 2) + 2 * info.context
-    return Profile(shapes(1), shapes(WINDOW_FRAMES // 2 + 2 * info.context), shapes(longest))
-
-
 def _load_split(model: Path, prepared_dir: Path, threads: int, accel: Accelerator,
                 config: PiperConfig) -> tuple[Any, Callable[[], Any] | None, Vocoder, Any] | None:
     """`(lead front, maker of the pooled front (None: the lead), vocoder, shared weights)`, preparing
@@ -327,7 +316,7 @@ def _load_split(model: Path, prepared_dir: Path, threads: int, accel: Accelerato
             cpu = prepare_cpu(prepared, prepared_dir) if accel.cpu_only else None
             files = cpu or prepared
             weights = load_weights(files.front) if accel.cpu_only else None
-            front_shapes, window_shapes = _front_profile(config), _vocoder_profile(prepared.info)
+            front_shapes, window_shapes = _front_profile(config), window_profile(prepared.info)
             common: dict[str, Any] = {"shapes_vary": True, "accel": accel, "optimized": cpu is not None}
             lead = make_session(files.front, threads, weights=weights, profile=front_shapes, **common)
             front = (functools.partial(make_session, files.front, 1, spin=False, weights=weights,

@@ -30,6 +30,7 @@ import numpy as np
 
 from edge_agent.audio.frames import Samples
 from edge_agent.errors import ModelError
+from edge_agent.providers import Profile
 
 FIRST_FRAMES = 24
 """Latent frames in the first window (24 x 256 samples = 0.28 s at 22.05 kHz)."""
@@ -265,6 +266,17 @@ def plan_windows(frames: int, *, first: bool, workers: int = 1) -> list[tuple[in
         pieces = max(1, min(pieces, rest // MIN_FRAMES))
         windows.extend(itertools.pairwise(start + round(i * rest / pieces) for i in range(pieces + 1)))
     return windows
+
+
+def window_profile(info: VocoderInfo) -> Profile:
+    """The shapes a windowed vocoder is fed: windows of up to `WINDOW_FRAMES` (or a first window of
+    `FIRST_FRAMES` plus its tail) with their context either side, and one start/end per cut."""
+    def shapes(frames: int) -> dict[str, tuple[int, ...]]:
+        fed: dict[str, tuple[int, ...]] = {info.latent: (1, info.channels, frames)}
+        return fed | ({"starts": (len(info.cuts),), "ends": (len(info.cuts),)} if info.cuts else {})
+
+    longest = max(WINDOW_FRAMES, FIRST_FRAMES + FIRST_FRAMES // 2) + 2 * info.context
+    return Profile(shapes(1), shapes(WINDOW_FRAMES // 2 + 2 * info.context), shapes(longest))
 
 
 class Vocoder:
