@@ -35,7 +35,7 @@ from edge_agent.tts.windowed import UnsupportedGraph, VocoderInfo, window_graph
 
 log = logging.getLogger(__name__)
 
-FORMAT = 5
+FORMAT = 6
 """Bumped whenever the prepared files would differ for the same source model."""
 
 FRONT_WEIGHTS = "front.weights"
