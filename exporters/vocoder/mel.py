@@ -12,15 +12,17 @@ import numpy as np
 import numpy.typing as npt
 
 from edge_agent.asr.features import mel_filters
+from edge_agent.audio.frames import Samples
 from exporters.vocoder.hifigan import MelSpec
 
-Float32 = npt.NDArray[np.float32]
+Mels = npt.NDArray[np.float32]
+"""A log-mel spectrogram, (n_mels, frames): what a vocoder takes."""
 
 FLOOR = 1e-5
 """Smallest magnitude before the log (HiFi-GAN's `dynamic_range_compression` clip)."""
 
 
-def log_mel(audio: Float32, spec: MelSpec) -> Float32:
+def log_mel(audio: Samples, spec: MelSpec) -> Mels:
     """`[n_mels, len(audio) // hop]` natural-log mel magnitudes of audio at `spec.sample_rate`."""
     pad = (spec.n_fft - spec.hop) // 2
     if audio.size <= pad:
@@ -36,11 +38,11 @@ def log_mel(audio: Float32, spec: MelSpec) -> Float32:
     magnitude = np.sqrt(spectrum.real ** 2 + spectrum.imag ** 2 + 1e-9)
     filters = mel_filters(spec.n_mels, spec.sample_rate, spec.n_fft, spec.fmin, spec.fmax)
     mel = filters.astype(np.float64) @ magnitude.T
-    out: Float32 = np.log(np.maximum(mel, FLOOR)).astype(np.float32)
+    out: Mels = np.log(np.maximum(mel, FLOOR)).astype(np.float32)
     return out
 
 
-def mel_distance(a: Float32, b: Float32) -> float:
+def mel_distance(a: Mels, b: Mels) -> float:
     """Mean absolute difference of two log-mel spectrograms over their common frames (nats)."""
     frames = min(a.shape[-1], b.shape[-1])
     return float(np.abs(a[..., :frames].astype(np.float64) - b[..., :frames]).mean())

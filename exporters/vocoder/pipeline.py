@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
+from edge_agent.audio.frames import Samples
 from edge_agent.audio.resample import resample
 from edge_agent.bench.clips import Clip
 from edge_agent.errors import ModelError, UsageError
@@ -45,13 +45,12 @@ from exporters.manifest import (
 from exporters.progress import Progress
 from exporters.quantize import Mode, quantize
 from exporters.vocoder.hifigan import Config, Source
-from exporters.vocoder.mel import log_mel, mel_distance
+from exporters.vocoder.mel import Mels, log_mel, mel_distance
 from exporters.vocoder.onnx_export import INPUT, export_generator, export_windowed
 
 log = logging.getLogger(__name__)
 
-Float32 = npt.NDArray[np.float32]
-Transcribe = Callable[[Float32], str]
+Transcribe = Callable[[Samples], str]
 """16 kHz audio -> text: the ASR the round trip goes through."""
 
 FORMAT_VERSION = 1
@@ -84,8 +83,8 @@ class _Reference:
     """The clips as the vocoder sees them, and what PyTorch made of them."""
 
     clips: list[Clip]
-    mels: list[Float32]
-    waves: list[Float32] = field(default_factory=list)
+    mels: list[Mels]
+    waves: list[Samples] = field(default_factory=list)
     transcripts: list[str] = field(default_factory=list)
     clip_transcripts: list[str] = field(default_factory=list)
 
@@ -134,12 +133,12 @@ def export_vocoder(source: Source, out_dir: Path, clips: list[Clip], *, generato
     return manifest
 
 
-def vocode_pytorch(generator: Any, mel: Float32) -> Float32:
+def vocode_pytorch(generator: Any, mel: Mels) -> Samples:
     """PyTorch's waveform for `mel` [n_mels, frames] (the reference every variant is held to)."""
     import torch
 
     with torch.inference_mode():
-        out: Float32 = generator(torch.from_numpy(mel)[None]).numpy().reshape(-1)
+        out: Samples = generator(torch.from_numpy(mel)[None]).numpy().reshape(-1)
     return out
 
 
@@ -267,7 +266,7 @@ def parity_diffs(directory: Path, parity: dict[str, Any], whole: Any,
     return worst
 
 
-def _diff(a: Float32, b: Float32) -> float:
+def _diff(a: Samples, b: Samples) -> float:
     if a.shape != b.shape:
         raise ModelError(f"output of {a.shape[0]} samples, PyTorch gave {b.shape[0]}")
     return float(np.abs(a.astype(np.float64) - b).max())
@@ -341,12 +340,12 @@ def _time_side_by_side(stage: Path, vocoders: dict[str, MelVocoder], variants: d
     vocoder = next(iter(vocoders.values()))
     audio_s = sum(m.shape[-1] for m in ref.mels) * vocoder.hop / vocoder.sample_rate
     wholes = {n: make_session(stage / variants[n]["files"]["whole"], options.threads) for n in vocoders}
-    contenders: dict[str, Callable[[Float32], Float32]] = {"pytorch": lambda m: vocode_pytorch(generator, m)}
+    contenders: dict[str, Callable[[Mels], Samples]] = {"pytorch": lambda m: vocode_pytorch(generator, m)}
     for name, vocoder in vocoders.items():
         contenders[name] = vocoder.synthesize
         contenders[f"{name}:whole"] = _whole_runner(wholes[name])
     best = {n: [float("inf")] * len(ref.mels) for n in contenders}
-    waves: dict[str, list[Float32]] = {n: [np.zeros(0, np.float32)] * len(ref.mels) for n in vocoders}
+    waves: dict[str, list[Samples]] = {n: [np.zeros(0, np.float32)] * len(ref.mels) for n in vocoders}
     for repeat in range(options.timing_repeats):
         for i, mel in enumerate(ref.mels):
             for name, run in contenders.items():
@@ -364,14 +363,14 @@ def _time_side_by_side(stage: Path, vocoders: dict[str, MelVocoder], variants: d
     return result
 
 
-def _whole_runner(session: Any) -> Callable[[Float32], Float32]:
-    def run(mel: Float32) -> Float32:
-        out: Float32 = np.asarray(session.run(None, {INPUT: mel[None]})[0]).reshape(-1)
+def _whole_runner(session: Any) -> Callable[[Mels], Samples]:
+    def run(mel: Mels) -> Samples:
+        out: Samples = np.asarray(session.run(None, {INPUT: mel[None]})[0]).reshape(-1)
         return out
     return run
 
 
-def _mel_distance(waves: list[Float32], mels: list[Float32], config: Config) -> float:
+def _mel_distance(waves: list[Samples], mels: list[Mels], config: Config) -> float:
     """Mean over the clips of the log-mel distance between the resynthesis and its input (nats)."""
     return round(statistics.fmean(mel_distance(log_mel(w, config.mel), m) for w, m in zip(waves, mels,
                                                                                           strict=True)), 4)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from edge_agent.audio.frames import Samples
 from edge_agent.errors import UsageError
-from exporters.vocoder.pipeline import Float32, Transcribe
+from exporters.vocoder.pipeline import Transcribe
 
 
 def asr_for_round_trip(directory: Path, threads: int) -> tuple[Transcribe, dict[str, Any]]:
@@ -18,7 +19,7 @@ def asr_for_round_trip(directory: Path, threads: int) -> tuple[Transcribe, dict[
                          "`edge-export whisper --source whisper-tiny.en` or pass --asr DIR")
     model = WhisperOnnx.load(directory, None, threads)
 
-    def transcribe(audio: Float32) -> str:
+    def transcribe(audio: Samples) -> str:
         return model.recognize(audio).text
 
     return transcribe, {"directory": str(directory.resolve()), "variant": model.variant,
