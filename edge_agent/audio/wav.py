@@ -7,6 +7,7 @@ block by block through the same header and the same `decode`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import tempfile
@@ -71,7 +72,10 @@ class WavWriter:
 
     def abort(self) -> None:
         try:
-            self._wav.close()
+            # Closing patches the header, which fails again on the full disk that made us abort:
+            # the file is being thrown away, so the descriptor must still be closed.
+            with contextlib.suppress(OSError):
+                self._wav.close()
             self._file.close()
         finally:
             self._tmp.unlink(missing_ok=True)
