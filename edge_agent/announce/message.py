@@ -4,7 +4,8 @@
 chime?}`. Every problem becomes a `Rejected` with a reason the producer can act
 on; unknown keys are ignored so newer producers work with older devices. A JSON
 payload (MQTT) goes through `parse_announcement`; a trigger that already holds a
-decoded document (a Wyoming or Hermes adapter) calls `check_announcement`.
+decoded document (a Wyoming or Hermes adapter) calls `check_announcement`. Neither
+can set `audio`: an audio announcement comes only from `Announcer.submit_audio`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
+from edge_agent.audio.frames import Samples
 from edge_agent.config import AnnouncementSettings
 from edge_agent.models.catalog import base_voice
 from edge_agent.text.normalize import normalize
@@ -57,6 +61,10 @@ class Announcement:
     """The answer to the conversation turn with this id: spoken next, ahead of queued ones."""
     expect_reply: bool = False
     """Open the microphone for one command (no wake word) once it has been spoken."""
+    audio: str | None = None
+    """Absolute path of the mono WAV to play instead of speaking `text` (then only a label, for
+    logs and the self-hearing check), under `<journal directory>/audio/`. Set only in-process
+    (`Announcer.submit_audio`): no payload can name a file."""
 
     @property
     def answer(self) -> bool:
@@ -136,6 +144,51 @@ def check_announcement(doc: Mapping[str, Any], settings: AnnouncementSettings, v
         volume=float(volume), chime=chime, received_at=time.time() if now is None else now,
         conversation_id=conversation_id, expect_reply=expect_reply,
     )
+
+
+MIN_AUDIO_RATE, MAX_AUDIO_RATE = 8000, 48000
+"""Sample rates an audio announcement may have (telephone to studio)."""
+
+
+def check_audio(samples: Samples, sample_rate: int, *, ann_id: str, text: str, priority: int | None,
+                conversation_id: str | None, chime: bool, settings: AnnouncementSettings,
+                now: float | None = None) -> tuple[Announcement, Samples]:
+    """Check audio a trigger hands over; the announcement (its `audio` not yet set) and the samples
+    as a 1-D float32 array, or `Rejected` with the reason."""
+    if not isinstance(ann_id, str) or not ID_PATTERN.fullmatch(ann_id):
+        raise Rejected("'id' must be 1-128 characters of letters, digits and ._:@+=- "
+                       "(starting with a letter or digit)")
+
+    def reject(reason: str) -> Rejected:
+        return Rejected(reason, ann_id)
+
+    label = text.strip() if isinstance(text, str) else ""
+    if len(label) > settings.max_text_chars:
+        raise reject(f"'text' has {len(label)} characters, the limit is {settings.max_text_chars}")
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) \
+            or not MIN_AUDIO_RATE <= sample_rate <= MAX_AUDIO_RATE:
+        raise reject(f"sample rate {sample_rate!r} Hz is not plausible "
+                     f"(an integer {MIN_AUDIO_RATE}..{MAX_AUDIO_RATE})")
+    audio = np.asarray(samples, dtype=np.float32)
+    if audio.ndim != 1:
+        raise reject(f"audio must be mono (one dimension), not of shape {audio.shape}")
+    if audio.size == 0:
+        raise reject("the audio is empty")
+    seconds = audio.size / sample_rate
+    if seconds > settings.max_audio_s:
+        raise reject(f"the audio is {seconds:.1f} s long, the limit is {settings.max_audio_s:g} s "
+                     "(announcements.max_audio_s)")
+    if not np.isfinite(audio).all():
+        raise reject("the audio holds NaN or infinite samples")
+    priority = settings.default_priority if priority is None else priority
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+        raise reject("'priority' must be an integer 0..9")
+    if conversation_id is not None and (not isinstance(conversation_id, str)
+                                        or not ID_PATTERN.fullmatch(conversation_id)):
+        raise reject("'conversation_id' must be 1-128 characters of letters, digits and ._:@+=-")
+    ann = Announcement(id=ann_id, text=label or "(audio)", priority=priority, chime=bool(chime),
+                       received_at=time.time() if now is None else now, conversation_id=conversation_id)
+    return ann, audio
 
 
 def _decode(payload: bytes) -> dict[str, Any]:

@@ -6,6 +6,10 @@ The API a trigger uses is small and knows nothing of MQTT:
   document (the Home Assistant and Hermes adapters). It returns only once
   an accepted announcement is in the journal, so a trigger that acknowledges its
   message after that loses nothing; False means "not stored, deliver it again".
+- `Announcer.submit_audio(samples, sample_rate, ann_id=...)` takes audio an in-process
+  trigger already has (a Wyoming `announce`); the same contract. Its WAV is stored
+  under `<journal directory>/audio/` before the journal record that names it and
+  removed once the announcement is final (`audiofiles`).
 - `Announcer.observe(callback)` registers a callable that gets every status change
   (the `announce/status` payload of DESIGN.md):
   queued -> speaking -> done | expired | failed, or rejected at once.
@@ -28,13 +32,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from edge_agent.announce.audiofiles import AudioFiles
 from edge_agent.announce.journal import INTERRUPTED, Journal, JournalError
-from edge_agent.announce.message import Announcement, Rejected, check_announcement, parse_announcement, status
+from edge_agent.announce.message import (
+    Announcement,
+    Rejected,
+    check_announcement,
+    check_audio,
+    parse_announcement,
+    status,
+)
 from edge_agent.announce.playout import SinkOpener, speak
 from edge_agent.announce.queue import AnnouncementQueue, Item
+from edge_agent.audio.frames import Samples
 from edge_agent.config import AnnouncementSettings
 from edge_agent.metrics import Metrics
 from edge_agent.tts.voice import Synthesizer
@@ -64,6 +77,9 @@ class Announcer:
 
     def __init__(self, speaking: Speaking, journal: Journal, *, metrics: Metrics | None = None) -> None:
         self.journal = journal
+        self.audio_files = AudioFiles((journal.directory / "audio").absolute())
+        self._accept_lock = threading.Lock()
+        """One acceptance at a time: an audio file is written only for an id not seen yet."""
         self.queue = AnnouncementQueue()
         self.metrics = metrics or Metrics()
         self._speaking = speaking
@@ -136,8 +152,20 @@ class Announcer:
                         extra={"id": ann_id})
             self._status(ann_id, "failed", error=INTERRUPTED)
         for ann, resume in found.pending:
+            problem = self.audio_files.problem(ann.audio) if ann.audio is not None else None
+            if problem is not None:
+                self.metrics.inc("announcements_failed")
+                log.error("announcement failed: %s", problem, extra={"id": ann.id})
+                self.journal.finish(ann.id, "failed", error=problem)
+                self._status(ann.id, "failed", error=problem)
+                continue
             self.queue.put(ann, resume)
             log.info("announcement recovered from the journal", extra={"id": ann.id, "resume": resume})
+        # What a crash left between writing a file and its journal record, or between an
+        # announcement's end and removing its file.
+        with self._accept_lock:  # a file being stored now is not swept from under its announcement
+            self.audio_files.sweep([item.announcement.audio for item in self.queue.items()
+                                    if item.announcement.audio is not None])
         self.metrics.set("announcements_queued", len(self.queue))
 
     def start(self) -> None:
@@ -177,35 +205,70 @@ class Announcer:
             else:
                 ann = check_announcement(request, speaking.settings, speaking.voices)
         except Rejected as exc:
-            self.metrics.inc("announcements_rejected")
-            log.warning("announcement rejected: %s", exc.reason, extra={"id": exc.id, "topic": source})
-            self._status(exc.id, "rejected", error=exc.reason)
+            self._rejected(exc, source)
             return True
         return self._accept(ann, speaking.settings, source)
 
-    def _accept(self, ann: Announcement, settings: AnnouncementSettings, source: str) -> bool:
-        seen = self.journal.get(ann.id)
-        if seen is not None:
-            # Redelivery or a producer retrying: never spoken twice; tell it where things stand.
-            self.metrics.inc("announcements_duplicate")
-            log.info("duplicate announcement ignored (%s)", seen.state, extra={"id": ann.id})
-            self._status(ann.id, seen.state, duplicate=True, **seen.extra)
-            return True
-        if len(self.queue) >= settings.queue_max:
-            self.metrics.inc("announcements_rejected")
-            reason = f"queue full ({settings.queue_max} waiting)"
-            log.warning("announcement rejected: %s", reason, extra={"id": ann.id})
-            self._status(ann.id, "rejected", error=reason)
-            return True
+    def submit_audio(self, samples: Samples, sample_rate: int, *, ann_id: str, text: str = "(audio)",
+                     priority: int | None = None, conversation_id: str | None = None,
+                     chime: bool = False, source: str = "") -> bool:
+        """Check, store, journal and queue audio a trigger already has (mono float32 in -1..1).
+
+        The contract of `submit`: True once it is journaled and queued or has had its final
+        answer (rejected with a reason, duplicate id); False when it could not be stored (the
+        WAV or the journal record failed to write), and then nothing of it is left on disk.
+        `text` is only its label (logs, the self-hearing check); `source` is only logged.
+        """
+        self.metrics.inc("announcements_received")
+        settings = self._speaking.settings
         try:
-            self.journal.accept(ann)
-        except JournalError:
-            # Not acknowledged: the trigger delivers it again (the MQTT broker after a reconnect).
-            # Nothing is lost and nothing is rejected that could still be spoken; the journal
-            # logs the condition (rate-limited) and the device status carries it.
-            self.metrics.inc("announcements_unjournaled")
-            log.debug("announcement not journaled; left for redelivery", extra={"id": ann.id})
-            return False
+            ann, audio = check_audio(samples, sample_rate, ann_id=ann_id, text=text, priority=priority,
+                                     conversation_id=conversation_id, chime=chime, settings=settings)
+        except Rejected as exc:
+            self._rejected(exc, source)
+            return True
+        return self._accept(ann, settings, source, (audio, sample_rate))
+
+    def _rejected(self, exc: Rejected, source: str) -> None:
+        self.metrics.inc("announcements_rejected")
+        log.warning("announcement rejected: %s", exc.reason, extra={"id": exc.id, "topic": source})
+        self._status(exc.id, "rejected", error=exc.reason)
+
+    def _accept(self, ann: Announcement, settings: AnnouncementSettings, source: str,
+                audio: tuple[Samples, int] | None = None) -> bool:
+        with self._accept_lock:
+            seen = self.journal.get(ann.id)
+            if seen is not None:
+                # Redelivery or a producer retrying: never spoken twice; tell it where things stand.
+                self.metrics.inc("announcements_duplicate")
+                log.info("duplicate announcement ignored (%s)", seen.state, extra={"id": ann.id})
+                self._status(ann.id, seen.state, duplicate=True, **seen.extra)
+                return True
+            if len(self.queue) >= settings.queue_max:
+                self.metrics.inc("announcements_rejected")
+                reason = f"queue full ({settings.queue_max} waiting)"
+                log.warning("announcement rejected: %s", reason, extra={"id": ann.id})
+                self._status(ann.id, "rejected", error=reason)
+                return True
+            if audio is not None:
+                try:
+                    # On disk before the journal names it; `save` leaves nothing when it fails.
+                    ann = replace(ann, audio=str(self.audio_files.save(ann.id, *audio)))
+                except OSError as exc:
+                    self.metrics.inc("announcements_unjournaled")
+                    log.warning("audio announcement not stored (%s); left for the trigger to retry",
+                                exc.strerror or exc, extra={"id": ann.id, "topic": source})
+                    return False
+            try:
+                self.journal.accept(ann)
+            except JournalError:
+                # Not acknowledged: the trigger delivers it again (the MQTT broker after a reconnect).
+                # Nothing is lost and nothing is rejected that could still be spoken; the journal
+                # logs the condition (rate-limited) and the device status carries it.
+                self._drop_audio(ann)
+                self.metrics.inc("announcements_unjournaled")
+                log.debug("announcement not journaled; left for redelivery", extra={"id": ann.id})
+                return False
         self.metrics.inc("announcements_accepted")
         if ann.expired():
             self._finish(ann, "expired")
@@ -276,6 +339,7 @@ class Announcer:
             self.metrics.inc("announcements_failed")
             log.error("announcement failed: %s", error, extra={"id": ann.id})
             self.journal.finish(ann.id, "failed", error=error)
+            self._drop_audio(ann)
             self._status(ann.id, "failed", error=error)
             return
         finally:
@@ -294,6 +358,7 @@ class Announcer:
                        "(announcements.max_audio_s)"}
                 log.warning("announcement truncated: %s", cut["error"], extra={"id": ann.id})
             self.journal.finish(ann.id, "done", engine=result.engine, **cut)
+            self._drop_audio(ann)
             self._status(ann.id, "done", engine=result.engine, **cut, **_turn(ann))
             return
         self.journal.requeue(ann.id, result.resume)
@@ -310,7 +375,13 @@ class Announcer:
         self.metrics.inc(f"announcements_{state}")
         log.info("announcement %s", state, extra={"id": ann.id})
         self.journal.finish(ann.id, state)
+        self._drop_audio(ann)
         self._status(ann.id, state)
+
+    def _drop_audio(self, ann: Announcement) -> None:
+        """An audio announcement's file, once nothing will play it (final, or never journaled)."""
+        if ann.audio is not None:
+            self.audio_files.remove(ann.audio)
 
     def _status(self, ann_id: str | None, state: str, **extra: Any) -> None:
         doc = status(ann_id, state, **extra)

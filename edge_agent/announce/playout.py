@@ -1,5 +1,8 @@
 """Playing one announcement out: synthesis stream -> (chime) -> gain -> sink, stoppable between sentences.
 
+An audio announcement is played from its stored WAV instead of the synthesizer, in 1 s pieces
+that count as sentences (`audiofiles.pieces`); everything after the source is the same.
+
 The audio policy of announcements lives here: where they are heard (`SinkOpener`:
 the sound card or one WAV file per id), the attention chime, the per-announcement
 gain, and resampling when the engine changes mid-announcement.
@@ -16,6 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
+from edge_agent.announce.audiofiles import pieces
 from edge_agent.announce.message import Announcement
 from edge_agent.announce.queue import Item
 from edge_agent.audio.frames import AudioChunk, Samples
@@ -213,14 +217,27 @@ def _open(item: Item, opener: SinkOpener, sample_rate: int) -> Sink:
     return GainSink(opened, item.announcement.volume) if item.announcement.volume != 1.0 else opened
 
 
+def _source(item: Item, synth: Synthesizer) -> Iterator[AudioChunk]:
+    """Where an announcement's audio comes from: its stored WAV, or the synthesizer."""
+    ann = item.announcement
+    if ann.audio is not None:
+        return pieces(Path(ann.audio), item.resume)
+    return iter(synth.stream(ann.text, ann.voice))
+
+
 def speak(item: Item, synth: Synthesizer, opener: SinkOpener, *,
           should_stop: Callable[[], bool], on_start: Callable[[str], None],
           budget_s: float = float("inf")) -> Spoken:
     """Speak `item` from its resume sentence; stop at a sentence boundary when `should_stop()`,
     and for good after `budget_s` seconds of audio (`Spoken.truncated`)."""
     ann = item.announcement
-    tracked = _Tracked(iter(synth.stream(ann.text, ann.voice)), item.resume, budget_s)
-    first = tracked.first()
+    tracked = _Tracked(_source(item, synth), item.resume, budget_s)
+    try:
+        first = tracked.first()
+    except BaseException:
+        if item.sink is not None:  # a file kept open across an interruption: no half of it stays
+            item.sink.abort()
+        raise
     if first is None:
         if item.sink is not None:
             item.sink.close()

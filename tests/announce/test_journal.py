@@ -278,3 +278,12 @@ def test_on_a_real_full_disk_nothing_acknowledged_is_lost(small_disk):
     journal.close()
     _, found = open_journal(state)
     assert [a.id for a, _ in found.pending] == [*acknowledged, "after"]
+
+
+def test_a_journal_written_before_audio_announcements_still_loads(tmp_path):
+    old = {"id": "a", "text": "Hi.", "voice": None, "priority": 5, "expires_at": None, "volume": 1.0,
+           "chime": False, "received_at": 100.0, "conversation_id": None, "expect_reply": False}
+    (tmp_path / "journal.jsonl").write_text(json.dumps({"op": "accept", "a": old, "ts": 100.0}) + "\n")
+    _, found = open_journal(tmp_path)
+    assert found.pending == [(Announcement("a", "Hi.", received_at=100.0), 0)]
+    assert found.pending[0][0].audio is None

@@ -70,3 +70,8 @@ def test_rejections_after_the_id_carry_the_id():
     with pytest.raises(Rejected) as info:
         parse({"id": "kitchen-7", "text": ""})
     assert info.value.id == "kitchen-7"
+
+
+def test_a_payload_cannot_name_an_audio_file():
+    ann = parse({"id": "a", "text": "Hi.", "audio": "/etc/passwd"})
+    assert ann.audio is None and ann.text == "Hi."

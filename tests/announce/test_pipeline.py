@@ -3,12 +3,14 @@ import os
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from edge_agent.announce.journal import Journal
 from edge_agent.announce.pipeline import Announcer, Speaking
-from edge_agent.announce.playout import DirOpener
+from edge_agent.announce.playout import DirOpener, chime
 from edge_agent.atomic import AppendFile
+from edge_agent.audio.wav import read_wav
 from edge_agent.config import AnnouncementSettings
 from tests.conftest import FlakyWrites
 from tests.mqtt_support import GatedOpener, ToneSynth, wait_until, wav_levels
@@ -17,13 +19,13 @@ VOICES = frozenset({"en_US-joe-medium"})
 
 
 class Pipeline:
-    def __init__(self, tmp_path, opener=None, synth=None, disk=None, **settings):
+    def __init__(self, tmp_path, opener=None, synth=None, disk=None, state=None, **settings):
         self.statuses: list[dict] = []
         self.lock = threading.Lock()
         self.out = tmp_path / "out"
         self.synth = synth or ToneSynth()
         self.opener = opener or DirOpener(self.out)
-        s = AnnouncementSettings(state_dir=tmp_path / "state", **settings)
+        s = AnnouncementSettings(state_dir=state or tmp_path / "state", **settings)
         self.service = Announcer(Speaking(s, self.synth, self.opener, VOICES), Journal(
             s.state_dir, s, open_file=lambda path: AppendFile(path, write=disk or os.write)))
         self.service.observe(self._publish)
@@ -327,3 +329,234 @@ def test_conversation_fields_are_checked_and_expect_reply_is_reported_when_spoke
     p.wait_state("ask", "done")
     done = next(d for d in p.statuses if d["id"] == "ask" and d["state"] == "done")
     assert done["expect_reply"] is True
+
+
+# -- audio announcements -----------------------------------------------------------------------
+
+RATE = 8000
+
+
+def tone(seconds, rate=RATE, amplitude=0.5):
+    """A sweep, so any misplaced or repeated second shows in a sample comparison."""
+    t = np.arange(round(seconds * rate), dtype=np.float32) / rate
+    return (amplitude * np.sin(2 * np.pi * (200 + 100 * t) * t)).astype(np.float32)
+
+
+def assert_same_audio(path, samples, rate=RATE):
+    wav = read_wav(path)
+    assert wav.sample_rate == rate and len(wav.samples) == len(samples)
+    np.testing.assert_allclose(wav.samples, samples, atol=1e-4)  # two 16-bit round trips
+
+
+def audio_dir(p):
+    return p.service.audio_files.directory
+
+
+def stored(p):
+    directory = audio_dir(p)
+    return sorted(f.name for f in directory.iterdir()) if directory.exists() else []
+
+
+def test_audio_is_journaled_then_played_from_its_file_at_its_rate_and_the_file_goes_after_done(pipeline):
+    p = pipeline()
+    samples = tone(2.5)
+    assert p.service.submit_audio(samples, RATE, ann_id="ha-1", text="The garage is open.", priority=6)
+    assert stored(p) == ["ha-1.wav"]
+    entry = p.service.journal.get("ha-1")
+    assert entry.announcement.audio == str(audio_dir(p) / "ha-1.wav")
+    assert entry.announcement.text == "The garage is open." and entry.announcement.priority == 6
+    p.service.start()
+    p.wait_state("ha-1", "done")
+    assert p.states("ha-1") == ["queued", "speaking", "done"]
+    done = [d for d in p.statuses if d["state"] == "done"]
+    assert done[0]["engine"] == "audio"
+    assert_same_audio(p.out / "ha-1.wav", samples)
+    assert p.synth.calls == []
+    assert stored(p) == []
+
+
+def test_audio_gets_the_chime_first_like_text(pipeline):
+    p = pipeline()
+    samples = tone(0.5)
+    p.service.submit_audio(samples, RATE, ann_id="c", chime=True)
+    p.service.start()
+    p.wait_state("c", "done")
+    bell = chime(RATE)
+    out = read_wav(p.out / "c.wav").samples
+    np.testing.assert_allclose(out[: len(bell)], bell, atol=1e-4)
+    np.testing.assert_allclose(out[len(bell):], samples, atol=1e-4)
+
+
+def test_an_mqtt_payload_cannot_name_an_audio_file_and_is_spoken_from_its_text(pipeline):
+    p = pipeline()
+    p.service.start()
+    assert p.send({"id": "sneaky", "text": "Just text.", "audio": "/etc/passwd"})
+    p.wait_state("sneaky", "done")
+    assert p.synth.calls == ["Just text."]
+    assert wav_levels(p.out / "sneaky.wav") == [0.1]
+    done = next(d for d in p.statuses if d["state"] == "done")
+    assert done["engine"] == "local"
+
+
+def test_an_urgent_text_interrupts_audio_at_a_second_and_the_rest_plays_once(pipeline, tmp_path):
+    opener = GatedOpener(tmp_path / "out", gated="long")
+    p = pipeline(opener=opener)
+    samples = tone(3.5)
+    p.service.start()
+    p.service.submit_audio(samples, RATE, ann_id="long", priority=3)
+    assert opener.entered.wait(30)  # writing its first second, held at the gate
+    p.send({"id": "urgent", "text": "Fire.", "priority": 9})
+    opener.gate.set()
+    p.wait_state("long", "done")
+    assert p.order() == ["urgent", "long"]
+    assert p.states("long") == ["queued", "speaking", "queued", "speaking", "done"]
+    paused = [d for d in p.statuses if d["id"] == "long" and d["state"] == "queued"][1]
+    assert paused["resume"] == 1  # stopped after one 1 s piece
+    assert_same_audio(tmp_path / "out" / "long.wav", samples)  # whole, each second once, in order
+    assert wav_levels(tmp_path / "out" / "urgent.wav") == [0.1]
+    assert stored(p) == []
+
+
+def test_pending_audio_is_played_after_a_restart(tmp_path):
+    samples = tone(1.5)
+    first = Pipeline(tmp_path)
+    assert first.service.submit_audio(samples, RATE, ann_id="a")
+    first.service.stop()
+    second = Pipeline(tmp_path)
+    second.service.start()
+    try:
+        second.wait_state("a", "done")
+        assert_same_audio(tmp_path / "out" / "a.wav", samples)
+        assert stored(second) == []
+    finally:
+        second.service.stop()
+
+
+def test_audio_paused_at_a_second_resumes_from_there_after_a_restart(tmp_path):
+    samples = tone(3.0)
+    opener = GatedOpener(tmp_path / "out", gated="a")
+    first = Pipeline(tmp_path, opener=opener)
+    first.service.submit_audio(samples, RATE, ann_id="a")
+    first.service.start()
+    assert opener.entered.wait(30)
+    first.service.hold()  # a wake word: stops at the next piece boundary
+    opener.gate.set()
+    wait_until(lambda: first.states("a")[-1:] == ["queued"] and len(first.states("a")) == 3,
+               what="'a' paused")
+    first.service.stop()  # the half-written out file is dropped; the journal keeps resume=1
+    second = Pipeline(tmp_path)
+    second.service.start()
+    try:
+        second.wait_state("a", "done")
+        assert_same_audio(tmp_path / "out" / "a.wav", samples[RATE:])
+        assert stored(second) == []
+    finally:
+        second.service.stop()
+
+
+def test_after_a_restart_audio_whose_file_is_missing_or_unreadable_fails_with_the_reason(tmp_path):
+    first = Pipeline(tmp_path)
+    for ann_id in ("gone", "broken", "fine"):
+        first.service.submit_audio(tone(0.5), RATE, ann_id=ann_id)
+    first.service.stop()
+    directory = audio_dir(first)
+    (directory / "gone.wav").unlink()
+    (directory / "broken.wav").write_bytes(b"not a wav at all")
+    (directory / "stray.wav").write_bytes(b"left by a crash")
+    (directory / ".x.wav.123.part").write_bytes(b"half")
+    second = Pipeline(tmp_path)
+    try:
+        assert second.states("gone") == ["failed"] and second.states("broken") == ["failed"]
+        errors = {d["id"]: d["error"] for d in second.statuses if d["state"] == "failed"}
+        assert "no such file" in errors["gone"] and "not a PCM WAV" in errors["broken"]
+        assert second.service.journal.get("gone").state == "failed"
+        assert stored(second) == ["fine.wav"]  # what no pending announcement needs is removed
+        second.service.start()
+        second.wait_state("fine", "done")
+        assert stored(second) == []
+    finally:
+        second.service.stop()
+
+
+def test_audio_interrupted_by_a_crash_is_failed_and_its_file_removed_at_start(tmp_path):
+    first = Pipeline(tmp_path)
+    first.service.submit_audio(tone(0.5), RATE, ann_id="a")
+    first.service.journal.start("a")  # as the speaker does just before it plays
+    first.service.stop()
+    second = Pipeline(tmp_path)
+    try:
+        assert second.states("a") == ["failed"] and stored(second) == []
+    finally:
+        second.service.stop()
+
+
+@pytest.mark.parametrize(("kwargs", "reason"), [
+    ({"samples": tone(2.0)}, "the audio is 2.0 s long, the limit is 1 s (announcements.max_audio_s)"),
+    ({"samples": np.zeros(0, dtype=np.float32)}, "the audio is empty"),
+    ({"sample_rate": 4000}, "sample rate 4000 Hz is not plausible"),
+    ({"sample_rate": 96000}, "sample rate 96000 Hz is not plausible"),
+    ({"samples": np.zeros((100, 2), dtype=np.float32)}, "audio must be mono"),
+    ({"samples": np.full(100, np.nan, dtype=np.float32)}, "NaN or infinite"),
+    ({"priority": 10}, "'priority' must be an integer 0..9"),
+    ({"conversation_id": "bad id"}, "'conversation_id' must be"),
+])
+def test_unplayable_audio_is_rejected_with_the_reason_and_leaves_no_file(pipeline, kwargs, reason):
+    p = pipeline(max_audio_s=1.0)
+    args = {"samples": tone(0.5), "sample_rate": RATE, **kwargs}
+    assert p.service.submit_audio(args.pop("samples"), args.pop("sample_rate"), ann_id="x", **args)
+    assert p.states("x") == ["rejected"]
+    assert reason in p.statuses[-1]["error"]
+    assert stored(p) == [] and p.service.journal.get("x") is None
+
+
+def test_audio_with_a_bad_id_is_rejected_without_one(pipeline):
+    p = pipeline()
+    assert p.service.submit_audio(tone(0.5), RATE, ann_id="../../etc/x")
+    assert p.statuses[-1]["id"] is None and p.statuses[-1]["state"] == "rejected"
+    assert "'id' must be" in p.statuses[-1]["error"]
+    assert stored(p) == []
+
+
+def test_a_repeated_audio_id_is_reported_as_duplicate_and_writes_no_file(pipeline):
+    p = pipeline()
+    p.service.start()
+    p.service.submit_audio(tone(0.5), RATE, ann_id="a")
+    p.wait_state("a", "done")
+    assert p.service.submit_audio(tone(1.0), RATE, ann_id="a")
+    assert p.statuses[-1]["duplicate"] is True and p.statuses[-1]["state"] == "done"
+    assert stored(p) == []
+    assert_same_audio(p.out / "a.wav", tone(0.5))
+
+
+def test_audio_the_journal_refuses_leaves_no_file_and_the_retry_is_played_once(pipeline):
+    disk = FlakyWrites()
+    p = pipeline(disk=disk)
+    samples = tone(1.0)
+    disk.full = True
+    assert p.service.submit_audio(samples, RATE, ann_id="a") is False
+    assert stored(p) == [] and p.states("a") == []
+    disk.full = False
+    assert p.service.submit_audio(samples, RATE, ann_id="a") is True
+    p.service.start()
+    p.wait_state("a", "done")
+    assert p.states("a") == ["queued", "speaking", "done"]
+    assert_same_audio(p.out / "a.wav", samples)
+
+
+def test_on_a_real_full_disk_audio_is_refused_without_a_trace_and_the_retry_is_played_once(
+        tmp_path, small_disk):
+    p = Pipeline(tmp_path, state=small_disk.path / "announcements")
+    try:
+        samples = tone(1.0)
+        small_disk.fill()
+        assert p.service.submit_audio(samples, RATE, ann_id="a") is False
+        assert stored(p) == [] and p.states("a") == [] and p.service.journal.get("a") is None
+        small_disk.free()
+        assert p.service.submit_audio(samples, RATE, ann_id="a") is True
+        p.service.start()
+        p.wait_state("a", "done")
+        assert p.states("a") == ["queued", "speaking", "done"]
+        assert_same_audio(tmp_path / "out" / "a.wav", samples)
+        assert stored(p) == []
+    finally:
+        p.service.stop()
