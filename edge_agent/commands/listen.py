@@ -57,6 +57,7 @@ def event_json(event: Event) -> dict[str, object]:
         if event.wake_word is not None:
             doc["wake_word"] = event.wake_word
         return doc
+    assert isinstance(event, TurnEnded)  # no turn is streamed here (nothing sets `stream_turns`)
     return {"event": "turn_end", "conversation_id": event.conversation_id, "reason": event.reason,
             "time": round(event.time, 3), "ts": ts}
 

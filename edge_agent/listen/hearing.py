@@ -10,6 +10,12 @@ Modes (`listen.mode`):
   wake word (an announcement that expects a reply).
 - `always`: every utterance is transcribed; there are no turns.
 
+Streamed turns (a Wyoming satellite: Home Assistant transcribes). `stream_turns` is
+asked at each wake word; when it says yes the turn's audio is not segmented or
+transcribed here but handed on as `Streamed` blocks, from the sample the wake
+word ended at, until `end_turn` (the remote side has its transcript) or
+`listen.command_timeout_s`.
+
 Ending early (`listen.early_end_ms`): in a turn, at the first pause of that length
 the speech so far is transcribed; if Whisper hears a complete sentence (it ends
 with `.`, `?` or `!`) the turn ends there instead of after the VAD's hangover.
@@ -51,6 +57,16 @@ class Woke:
 
     detection: Detection
     conversation_id: str
+    streamed: bool = False
+    """The turn's audio goes out as `Streamed` blocks instead of to Whisper."""
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """Audio of a streamed turn (16 kHz), in stream order."""
+
+    samples: Samples
+    conversation_id: str
 
 
 @dataclass(frozen=True)
@@ -69,11 +85,12 @@ class TurnEnded:
     """A turn is over."""
 
     conversation_id: str
-    reason: Literal["heard", "timeout"]
+    reason: Literal["heard", "timeout", "ended"]
+    """`ended`: a streamed turn the remote side closed (`end_turn`)."""
     time: float
 
 
-Event = Woke | Heard | TurnEnded
+Event = Woke | Heard | Streamed | TurnEnded
 WakeFilter = Callable[[Detection], bool]
 
 
@@ -86,6 +103,7 @@ class _Turn:
     offset: float
     """Stream time minus segmenter time (the segmenter only hears turns)."""
     tried_early: bool = False
+    streamed: bool = False
 
 
 class Hearing:
@@ -102,12 +120,15 @@ class Hearing:
         self.settings = settings
         self.accept_wake = accept_wake
         """Asked for each detection; False drops it (the daemon's playback policy)."""
+        self.stream_turns: Callable[[], bool] | None = None
+        """Asked for each accepted detection; True streams the turn out (see the module)."""
         self._frame = transcribing.segmenter.frame
         self._pos = 0
         self._now = 0
         """Stream sample up to which the current turn has been segmented."""
         self._turn: _Turn | None = None
         self._requested: str | None = None
+        self._end_requested: str | None = None
         self._lock = threading.Lock()
 
     @property
@@ -123,6 +144,12 @@ class Hearing:
         with self._lock:
             self._requested = conversation_id
 
+    def end_turn(self, conversation_id: str) -> None:
+        """End the streamed turn `conversation_id` at the next block (any thread); a turn
+        that has already ended, or another one, is left alone."""
+        with self._lock:
+            self._end_requested = conversation_id
+
     # -- stage -------------------------------------------------------------------
 
     def push(self, block: Samples) -> list[Event]:
@@ -135,11 +162,12 @@ class Hearing:
         events: list[Event] = []
         with self._lock:
             requested, self._requested = self._requested, None
+            end, self._end_requested = self._end_requested, None
         if requested is not None and self._turn is None:
             self._open(requested, None, start)
         detections = self.wake.feed(block)
         if self._turn is not None:
-            events += self._command(block, start)
+            events += self._continue(block, start, end)
             return events
         for detection in detections:
             if self.accept_wake is not None and not self.accept_wake(detection):
@@ -147,9 +175,10 @@ class Hearing:
                 continue
             at = min(max(0, round(detection.time * SAMPLE_RATE) - start), block.size)
             conversation_id = uuid.uuid4().hex
-            self._open(conversation_id, detection.wake_word, start + at)
-            events.append(Woke(detection, conversation_id))
-            events += self._command(block[at:], start + at)
+            streamed = self.stream_turns is not None and self.stream_turns()
+            self._open(conversation_id, detection.wake_word, start + at, streamed)
+            events.append(Woke(detection, conversation_id, streamed))
+            events += self._continue(block[at:], start + at, None)
             break
         return events
 
@@ -159,15 +188,34 @@ class Hearing:
         if self._turn is None:
             return []
         self._now = self._pos
+        if self._turn.streamed:
+            return self._finish([], "timeout")
         return self._finish(self.transcribing.flush(), "timeout")
 
     # -- the turn ----------------------------------------------------------------
 
-    def _open(self, conversation_id: str, wake_word: str | None, at: int) -> None:
+    def _open(self, conversation_id: str, wake_word: str | None, at: int, streamed: bool = False) -> None:
         segmenter = self.transcribing.segmenter
         segmenter.discard()
         deadline = at + round(self.settings.command_timeout_s * SAMPLE_RATE)
-        self._turn = _Turn(conversation_id, wake_word, deadline, at / SAMPLE_RATE - segmenter.position)
+        self._turn = _Turn(conversation_id, wake_word, deadline, at / SAMPLE_RATE - segmenter.position,
+                           streamed=streamed)
+
+    def _continue(self, samples: Samples, start: int, end: str | None) -> list[Event]:
+        turn = self._turn
+        assert turn is not None
+        if not turn.streamed:
+            return self._command(samples, start)
+        if end == turn.conversation_id:
+            self._now = start
+            return self._finish([], "ended")
+        # The deadline falls inside this block: what lies after it is not the command's.
+        keep = min(samples.size, max(0, turn.deadline - start))
+        self._now = start + keep
+        events: list[Event] = [Streamed(samples[:keep], turn.conversation_id)] if keep else []
+        if self._now >= turn.deadline:
+            events += self._finish([], "timeout")
+        return events
 
     def _command(self, samples: Samples, start: int) -> list[Event]:
         """Segment `samples` frame by frame (so a pause or the deadline is seen where it happens)."""
@@ -206,7 +254,7 @@ class Hearing:
         segmenter.discard()
         return self._finish([transcript], "heard", early=True)
 
-    def _finish(self, transcripts: list[Transcript], reason: Literal["heard", "timeout"],
+    def _finish(self, transcripts: list[Transcript], reason: Literal["heard", "timeout", "ended"],
                 early: bool = False) -> list[Event]:
         turn = self._turn
         assert turn is not None

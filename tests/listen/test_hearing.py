@@ -10,9 +10,10 @@ import pytest
 from speech_fixtures import run_cli, silence, write_wav
 
 from edge_agent.asr.listener import Transcriber, Transcribing
+from edge_agent.asr.whisper import Padding
 from edge_agent.bench.clips import load_16k, piper_clip
 from edge_agent.config import AsrSettings, ListenSettings, VadSettings, WakeSettings
-from edge_agent.listen import Heard, Hearing, TurnEnded, Woke
+from edge_agent.listen import Heard, Hearing, Streamed, TurnEnded, Woke
 from edge_agent.text.wer import wer
 from edge_agent.vad import Segmenter, WebRtcClassifier
 from edge_agent.wake import WakeEngine
@@ -128,3 +129,40 @@ def test_listen_cli_with_a_corrupt_custom_model_is_one_line_and_exit_2(tmp_path,
     assert result.stderr.strip().splitlines() == [
         f"edge-agent: error: wake model {tmp_path / 'mine.tflite'}: not a TensorFlow Lite model "
         "(the flatbuffer does not verify)"]
+
+
+def test_a_streamed_turn_hands_on_the_audio_after_the_wake_word_until_it_is_ended(
+        whisper, wake_engine, speech):
+    h = hearing(whisper, wake_engine)
+    h.stream_turns = lambda: True
+    audio = np.concatenate([silence(0.5), speech[WAKE_COMMAND], silence(1.0)])
+    events = []
+    for start in range(0, len(audio), 480):
+        events += h.push(audio[start:start + 480])
+        if any(isinstance(e, Streamed) for e in events) and sum(
+                e.samples.size for e in events if isinstance(e, Streamed)) >= 16000 * 2:
+            h.end_turn("not-this-one")  # another turn's end changes nothing
+    woke = events[0]
+    assert isinstance(woke, Woke) and woke.streamed
+    streamed = [e for e in events if isinstance(e, Streamed)]
+    assert all(e.conversation_id == woke.conversation_id for e in streamed)
+    h.end_turn(woke.conversation_id)
+    ended = h.push(silence(0.03))
+    assert [type(e) for e in ended] == [TurnEnded] and ended[0].reason == "ended"
+    assert h.transcribing.stats.utterances == 0  # Whisper never ran: the remote side transcribes
+    # What went out is the command after the wake word, in order and whole.
+    sent = np.concatenate([e.samples for e in streamed])
+    after_wake = audio[round(woke.detection.time * 16000):]
+    assert np.array_equal(sent, after_wake[:sent.size])
+    assert "kitchen lights" in whisper.recognize(sent, Padding.from_settings(AsrSettings())).text.lower()
+
+
+def test_a_streamed_turn_nobody_ends_stops_at_the_command_timeout(whisper, wake_engine, speech):
+    h = hearing(whisper, wake_engine, command_timeout_s=2.0)
+    h.stream_turns = lambda: True
+    events = run(h, np.concatenate([silence(0.5), speech[WAKE_COMMAND], silence(4.0)]))
+    woke, ended = events[0], events[-1]
+    assert isinstance(ended, TurnEnded) and ended.reason == "timeout"
+    sent = sum(e.samples.size for e in events if isinstance(e, Streamed))
+    assert sent == round(2.0 * 16000)  # exactly the turn's length, nothing after its deadline
+    assert ended.time == pytest.approx(woke.detection.time + 2.0, abs=0.01)
