@@ -664,6 +664,10 @@ class WyomingSettings:
     """`tcp://HOST:PORT` to listen on (port 0 picks a free one)."""
     zeroconf: bool = True
     """Advertise the service as `_wyoming._tcp.local.` (named after the device id)."""
+    satellite: bool = True
+    """Inside `edge-agent run`: offer the device to Home Assistant as an Assist satellite (the
+    wake word here, the command's audio streamed to Home Assistant, its answers, announcements
+    and timer chimes played here)."""
     max_connections: int = 16
     """Connections beyond this are answered with an error and closed."""
     idle_timeout_s: float = 60.0

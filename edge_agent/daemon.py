@@ -65,7 +65,16 @@ from edge_agent.fleet.manager import ActiveConfig, FleetManager, Report
 from edge_agent.hermes.adapter import HermesAdapter
 from edge_agent.homeassistant.adapter import HomeAssistantAdapter
 from edge_agent.homeassistant.discovery import HaTopics
-from edge_agent.listen.hearing import Event, Heard, HearingLoop, TurnEnded, WakeFilter, Woke, build_hearing
+from edge_agent.listen.hearing import (
+    Event,
+    Heard,
+    HearingLoop,
+    Streamed,
+    TurnEnded,
+    WakeFilter,
+    Woke,
+    build_hearing,
+)
 from edge_agent.metrics import Metrics
 from edge_agent.models import ModelStore, load_catalog
 from edge_agent.mqtt.bridge import KEEP, KEEP_LEAST, KEEP_MOST, Bridge, Message
@@ -77,6 +86,7 @@ from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Synthesizer
 from edge_agent.wake.engine import Detection
+from edge_agent.wyoming.satellite import SatelliteService
 from edge_agent.wyoming.service import WyomingService, load_transcriber, load_wake
 
 log = logging.getLogger(__name__)
@@ -459,6 +469,8 @@ class Daemon:
         self.listening = {"mode": mode, "state": "listening"}
         if mode == "wake":
             self.listening["wake_words"] = list(settings.wake.models)
+        if isinstance(self.listener, HearingLoop):
+            self.listener.hearing.stream_turns = self._stream_turns
         self.listener.start(self._on_event, on_error=on_error,
                             on_end=lambda: log.info("listener ended (its source closed)"))
         log.info("listening", extra={"mode": mode})
@@ -476,13 +488,34 @@ class Daemon:
             except EdgeError as exc:
                 log.warning("wyoming: no speech to text: %s", exc)
         wake = await asyncio.to_thread(load_wake, self.settings)
-        service = WyomingService(self.settings, lambda: self.synth, transcriber, wake)
+        satellite = None
+        if self.settings.wyoming.satellite:
+            waking = self.settings.listen.mode == "wake" and self.settings.daemon.listen
+            satellite = SatelliteService(self.settings, self.announcements, self._end_streamed_turn,
+                                         list(self.settings.wake.models) if waking else [])
+        service = WyomingService(self.settings, lambda: self.synth, transcriber, wake, satellite)
         try:
             await service.start()
         except OSError as exc:
             log.error("wyoming server not started: %s", exc)
+            if satellite is not None:
+                satellite.close()
             return
         self.wyoming = service
+
+    @property
+    def satellite(self) -> SatelliteService | None:
+        return self.wyoming.satellite if self.wyoming is not None else None
+
+    def _stream_turns(self) -> bool:
+        """Whether a wake word heard now streams its turn to Home Assistant (the listener asks)."""
+        satellite = self.satellite
+        return satellite is not None and satellite.streaming
+
+    def _end_streamed_turn(self, conversation_id: str) -> None:
+        """Home Assistant has the command (or is gone): the hearing loop ends the turn."""
+        if isinstance(self.listener, HearingLoop):
+            self.listener.hearing.end_turn(conversation_id)
 
     # -- the conversation turn -----------------------------------------------------------
 
@@ -502,11 +535,19 @@ class Daemon:
         return current is None or not says(current.text, detection.wake_word)
 
     def _on_event(self, event: Event) -> None:
-        if isinstance(event, Woke):
+        satellite = self.satellite
+        if isinstance(event, Streamed):
+            if satellite is not None:
+                satellite.audio(event.conversation_id, event.samples)
+        elif isinstance(event, Woke):
             self._on_wake(event)
+            if event.streamed and satellite is not None:
+                satellite.begin_turn(event.conversation_id, event.detection.model, event.detection.time)
         elif isinstance(event, Heard):
             self._on_heard(event)
         elif isinstance(event, TurnEnded):
+            if satellite is not None:
+                satellite.end_turn(event.conversation_id)
             self._on_turn_end(event)
 
     def _on_wake(self, event: Woke) -> None:
@@ -586,7 +627,7 @@ class Daemon:
         """A held announcement waits `listen.answer_wait_s` for the answer, then resumes."""
         if not self.announcements.held:
             return
-        wait = self.settings.listen.answer_wait_s if event.reason == "heard" else 0.0
+        wait = self.settings.listen.answer_wait_s if event.reason in ("heard", "ended") else 0.0
         with self._turn_lock:
             self._cancel_release()
             self._release_timer = threading.Timer(wait, self._release)

@@ -50,13 +50,15 @@ class AudioSource(Protocol):
 
 
 class PcmConverter:
-    """Raw PCM bytes of any plausible format -> 16 kHz mono float32, carrying partial frames between
-    pushes (files, pipes and network streams all arrive in arbitrary pieces)."""
+    """Raw PCM bytes of any plausible format -> mono float32 at `target_rate` (16 kHz unless told),
+    carrying partial frames between pushes (files, pipes and network streams all arrive in
+    arbitrary pieces)."""
 
-    def __init__(self, rate: int, channels: int, width: int, name: str, encoding: str = "pcm") -> None:
+    def __init__(self, rate: int, channels: int, width: int, name: str, encoding: str = "pcm", *,
+                 target_rate: int = TARGET_RATE) -> None:
         self.rate, self.channels, self.width, self.encoding = rate, channels, width, encoding
         self._name = Path(name)
-        self._resampler = StreamResampler(rate, TARGET_RATE)
+        self._resampler = StreamResampler(rate, target_rate)
         self._carry = b""
         self.frames_in = 0
 

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
-from edge_agent.listen.hearing import Event, Heard, Hearing, HearingLoop, Streamed, TurnEnded, Woke, build_hearing
+from edge_agent.listen.hearing import (
+    Event,
+    Heard,
+    Hearing,
+    HearingLoop,
+    Streamed,
+    TurnEnded,
+    Woke,
+    build_hearing,
+)
 
 __all__ = ["Event", "Heard", "Hearing", "HearingLoop", "Streamed", "TurnEnded", "Woke", "build_hearing"]

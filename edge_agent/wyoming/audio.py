@@ -44,23 +44,27 @@ def chunk_events(samples: Samples, rate: int, per_chunk: int) -> Iterator[Event]
 
 
 class Recording:
-    """One client audio stream (`audio-start`, `audio-chunk`..., `audio-stop`) as 16 kHz mono float32."""
+    """One client audio stream (`audio-start`, `audio-chunk`..., `audio-stop`) as mono float32 at
+    `rate`: 16 kHz for listening (the default), the stream's own rate for playing it."""
 
-    def __init__(self, start: AudioStart, max_s: float, keep: bool = True) -> None:
+    def __init__(self, start: AudioStart, max_s: float, keep: bool = True, rate: int | None = None) -> None:
         try:
             check_format(start.rate, start.channels, start.width, "audio-start")
         except AudioError as exc:
             raise Refused(str(exc), "bad-audio-format") from None
         self.format = (start.rate, start.width, start.channels)
+        self.rate = rate or TARGET_RATE
         self.max_s = max_s
         self.keep = keep
         """Keep the audio for `finish` (ASR); a live stream (wake) only passes it on, unbounded."""
-        self._convert = PcmConverter(start.rate, start.channels, start.width, "audio-chunk")
+        self._convert = PcmConverter(start.rate, start.channels, start.width, "audio-chunk",
+                                     target_rate=self.rate)
         self._parts: list[Samples] = []
         self.samples = 0
 
     @staticmethod
-    def begin(event: Event, max_s: float, keep: bool = True) -> Recording:
+    def begin(event: Event, max_s: float, keep: bool = True, native: bool = False) -> Recording:
+        """`native`: keep the stream's own sample rate instead of converting to 16 kHz."""
         bad = Refused("audio-start needs integer 'rate', 'width' and 'channels'", "bad-audio-format")
         try:
             start = AudioStart.from_event(event)
@@ -68,7 +72,7 @@ class Recording:
             raise bad from None
         if not all(_integer(v) for v in (start.rate, start.width, start.channels)):
             raise bad
-        return Recording(start, max_s, keep)
+        return Recording(start, max_s, keep, start.rate if native else None)
 
     def push(self, event: Event) -> Samples:
         """Add one `audio-chunk`; returns its 16 kHz samples (the resampler may hold a few back)."""
@@ -92,7 +96,7 @@ class Recording:
         self.samples += samples.size
         if not self.keep:
             return
-        if self.samples > self.max_s * TARGET_RATE:
+        if self.samples > self.max_s * self.rate:
             raise Refused(f"audio longer than {self.max_s:g} s", "audio-too-long")
         if samples.size:
             self._parts.append(samples)

@@ -32,6 +32,7 @@ from edge_agent.wyoming import tts
 from edge_agent.wyoming.asr import AsrService, AsrSession
 from edge_agent.wyoming.audio import Refused
 from edge_agent.wyoming.framing import EventReader, FramingError, Limits, write_event
+from edge_agent.wyoming.satellite import SatelliteService, SatelliteSession
 from edge_agent.wyoming.tts import TtsService, TtsSession
 from edge_agent.wyoming.wake import WakeService, WakeSession
 
@@ -59,6 +60,8 @@ class Services:
     tts: TtsService | None = None
     asr: AsrService | None = None
     wake: WakeService | None = None
+    satellite: SatelliteService | None = None
+    """Only inside `edge-agent run`: the device's microphone and speaker for Home Assistant."""
 
 
 class WyomingServer:
@@ -99,7 +102,8 @@ class WyomingServer:
         s = self.services
         return Info(tts=[tts.program(s.tts.voices())] if s.tts else [],
                     asr=[s.asr.program()] if s.asr else [],
-                    wake=[s.wake.program()] if s.wake else [])
+                    wake=[s.wake.program()] if s.wake else [],
+                    satellite=s.satellite.info() if s.satellite else None)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -135,6 +139,8 @@ class Connection:
         self.tts: TtsSession | None = services.tts.session(self.send) if services.tts else None
         self.asr: AsrSession | None = services.asr.session(self.send) if services.asr else None
         self.wake: WakeSession | None = services.wake.session(self.send) if services.wake else None
+        self.satellite: SatelliteSession | None = (services.satellite.session(self.send, peer)
+                                                   if services.satellite else None)
         self._audio_to: AsrSession | WakeSession | None = self.asr or self.wake
         """Who the client's audio is for: the service of its last `transcribe` or `detect`."""
 
@@ -169,13 +175,17 @@ class Connection:
             with contextlib.suppress(Exception):
                 await write_event(self.writer, Error(text=_first_line(exc), code="internal").event(), 1.0)
         finally:
+            if self.satellite is not None:
+                await self.satellite.close()
             if self.wake is not None:
                 await self.wake.close()
         log.debug("wyoming client %s disconnected", self.peer)
 
     async def handle(self, event: Event) -> None:
         kind = event.type
-        if kind == "describe":
+        if self.satellite is not None and self.satellite.takes(kind):
+            await self.satellite.handle(event)  # Home Assistant driving the satellite: no service request
+        elif kind == "describe":
             await self.send(self.server.info().event())
         elif kind == "ping":
             await self.send(Pong(text=event.data.get("text")).event())

@@ -18,6 +18,7 @@ from edge_agent.providers import for_use
 from edge_agent.tts.voice import Synthesizer
 from edge_agent.wyoming.advertise import Advertisement
 from edge_agent.wyoming.asr import AsrService
+from edge_agent.wyoming.satellite import SatelliteService
 from edge_agent.wyoming.server import Services, WyomingServer
 from edge_agent.wyoming.tts import TtsService
 from edge_agent.wyoming.wake import WakeService
@@ -48,11 +49,12 @@ class WyomingService:
     """The server and (optionally) its zeroconf advertisement, started and stopped together."""
 
     def __init__(self, settings: Settings, synth: Callable[[], Synthesizer],
-                 transcriber: Transcriber | None, wake: WakeService | None = None) -> None:
+                 transcriber: Transcriber | None, wake: WakeService | None = None,
+                 satellite: SatelliteService | None = None) -> None:
         self.settings = settings
         services = Services(tts=TtsService(synth, settings),
                             asr=AsrService(transcriber, settings) if transcriber is not None else None,
-                            wake=wake)
+                            wake=wake, satellite=satellite)
         self.server = WyomingServer(services, settings.wyoming)
         self.address: tuple[str, int] | None = None
         self.advertisement: Advertisement | None = None
@@ -71,7 +73,13 @@ class WyomingService:
                             "Assistant by host and port %d", exc, port)
         return host, port
 
+    @property
+    def satellite(self) -> SatelliteService | None:
+        return self.server.services.satellite
+
     async def stop(self) -> None:
         if self.advertisement is not None:
             await self.advertisement.stop()
         await self.server.stop()
+        if self.satellite is not None:
+            self.satellite.close()

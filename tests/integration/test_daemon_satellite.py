@@ -1,0 +1,250 @@
+"""`edge-agent run` as Home Assistant's Wyoming satellite, driven by a client doing what Home Assistant does.
+
+The daemon runs in this process with real models: the microphone is a pipe this test
+writes 16 kHz PCM into (a wake word and a command, then a live stream of silence), the
+wake engine and the announcement queue are the daemon's own, the speaker is a directory
+of WAV files. The client is the `wyoming` library's, speaking the events Home Assistant's
+satellite side sends and expects (homeassistant/components/wyoming/assist_satellite.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from speech_fixtures import silence
+from wyoming.asr import Transcript
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.event import Event
+from wyoming.info import Describe, Info
+from wyoming.ping import Ping
+from wyoming.satellite import PauseSatellite, RunSatellite
+from wyoming.timer import TimerFinished
+from wyoming.tts import Synthesize
+
+from edge_agent.asr.whisper import Padding
+from edge_agent.audio.resample import resample
+from edge_agent.audio.sources import PcmStreamSource
+from edge_agent.audio.wav import read_wav, to_pcm16
+from edge_agent.bench.clips import load_16k, piper_clip
+from edge_agent.config import AsrSettings
+from edge_agent.daemon import Daemon, SettingsSource
+from edge_agent.listen import build_hearing
+from edge_agent.models import ModelStore, load_catalog
+from tests.mqtt_support import ToneSynth, Watcher, device_config, wait_until
+
+WAKE_COMMAND = "Okay Nabu, turn on the kitchen lights."
+ANSWER = "The kitchen lights are on."
+NOTICE = "Dinner is ready."
+RATE = 16000
+BLOCK_S = 0.03
+
+
+class Microphone:
+    """A pipe the daemon's hearing loop reads as its microphone: `say` writes audio into it,
+    and between phrases a real-time stream of silence keeps the loop's blocks coming."""
+
+    def __init__(self) -> None:
+        read_fd, self._write_fd = os.pipe()
+        self.source = PcmStreamSource(os.fdopen(read_fd, "rb", buffering=0), block_s=BLOCK_S, name="test-mic")
+        self._said: list[np.ndarray] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="test-mic", daemon=True)
+        self._thread.start()
+
+    def say(self, audio: np.ndarray) -> None:
+        with self._lock:
+            self._said.append(audio)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        os.close(self._write_fd)
+
+    def _run(self) -> None:
+        quiet = to_pcm16(silence(BLOCK_S))
+        while not self._stop.is_set():
+            with self._lock:
+                said, self._said = self._said, []
+            try:
+                for audio in said:
+                    os.write(self._write_fd, to_pcm16(audio))
+                os.write(self._write_fd, quiet)
+            except OSError:
+                return  # the daemon closed its end
+            self._stop.wait(BLOCK_S)  # pacing, as a sound card would
+
+
+@pytest.fixture
+def satellite(tmp_path: Path, broker: Any, whisper_dir: Path) -> Iterator[dict[str, Any]]:
+    config = device_config(tmp_path / "device.yaml", tmp_path)
+    source = SettingsSource(config, {
+        "mqtt.broker": broker.url, "device.id": "dev1", "daemon.out_dir": str(tmp_path / "out"),
+        "wyoming.enabled": True, "wyoming.uri": "tcp://127.0.0.1:0", "wyoming.zeroconf": False,
+        "listen.mode": "wake", "asr.model": str(whisper_dir), "announcements.max_audio_s": 8.0})
+    mic = Microphone()
+
+    def listener(settings: Any, accept_wake: Any) -> Any:
+        store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
+        return build_hearing(settings, store, mic.source, accept_wake)
+
+    daemon = Daemon(source, synthesizer_factory=lambda s: ToneSynth(rate=22050), listener_factory=listener)
+    watcher = Watcher(broker.url)
+    thread = threading.Thread(target=lambda: asyncio.run(daemon.run()), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: daemon.wyoming is not None and daemon.wyoming.address, timeout=120,
+                   what="the wyoming server")
+        assert daemon.wyoming is not None and daemon.wyoming.address is not None
+        yield {"daemon": daemon, "port": daemon.wyoming.address[1], "mic": mic, "out": tmp_path / "out",
+               "watcher": watcher}
+    finally:
+        daemon.stop()
+        thread.join(30)
+        mic.close()
+        watcher.close()
+    assert not thread.is_alive()
+
+
+async def next_event(client: AsyncTcpClient, wanted: str, timeout: float = 30.0) -> Event:
+    """The next event of type `wanted` (pings and other chatter skipped)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            event = await client.read_event()
+            assert event is not None, f"the device closed the connection waiting for {wanted}"
+            if event.type == wanted:
+                return event
+
+
+async def send_audio(client: AsyncTcpClient, samples: np.ndarray, rate: int) -> None:
+    """Audio as Home Assistant sends it: 22050 Hz s16le mono, 1024 samples a chunk."""
+    await client.write_event(AudioStart(rate=rate, width=2, channels=1).event())
+    for start in range(0, len(samples), 1024):
+        pcm = to_pcm16(samples[start:start + 1024])
+        await client.write_event(AudioChunk(rate=rate, width=2, channels=1, audio=pcm).event())
+    await client.write_event(AudioStop().event())
+
+
+def spoken(whisper: Any, path: Path) -> str:
+    text: str = whisper.recognize(load_16k(path), Padding.from_settings(AsrSettings())).text
+    return text.lower()
+
+
+def clip_22k(text: str, clip_cache: Path, piper_voice: Any) -> np.ndarray:
+    wav = read_wav(piper_clip(text, clip_cache, piper_voice))
+    return resample(wav.samples, wav.sample_rate, 22050)
+
+
+def test_a_whole_turn_and_an_announcement_as_home_assistant_runs_them(
+        satellite, whisper, clip_cache, piper_voice) -> None:
+    port, mic, out = satellite["port"], satellite["mic"], satellite["out"]
+    command = load_16k(piper_clip(WAKE_COMMAND, clip_cache, piper_voice))
+
+    async def home_assistant() -> dict[str, Any]:
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Describe().event())
+            info = Info.from_event(await next_event(client, "info"))
+            await client.write_event(RunSatellite().event())
+            await client.write_event(Ping().event())
+            await next_event(client, "pong")  # run-satellite has been carried out
+            mic.say(np.concatenate([silence(0.3), command]))
+            detection = await next_event(client, "detection")
+            pipeline = await next_event(client, "run-pipeline")
+            start = AudioStart.from_event(await next_event(client, "audio-start"))
+            pcm = b""
+            while len(pcm) < 2 * RATE * 2.5:  # Home Assistant's VAD would end it; 2.5 s holds the command
+                pcm += AudioChunk.from_event(await next_event(client, "audio-chunk")).audio
+            streamed = np.frombuffer(pcm, "<i2").astype(np.float32) / 32768
+            heard = whisper.recognize(streamed, Padding.from_settings(AsrSettings())).text
+            await client.write_event(Transcript(text=heard).event())
+            await next_event(client, "audio-stop")  # the device stops streaming
+            await client.write_event(Synthesize(text=ANSWER).event())
+            await send_audio(client, clip_22k(ANSWER, clip_cache, piper_voice), 22050)
+            await next_event(client, "played")
+            await send_audio(client, clip_22k(NOTICE, clip_cache, piper_voice), 22050)
+            await next_event(client, "played")
+            await client.write_event(TimerFinished(id="kitchen").event())
+            await client.write_event(PauseSatellite().event())
+            return {"info": info, "detection": detection.data, "pipeline": pipeline.data, "start": start,
+                    "heard": heard}
+
+    got = asyncio.run(home_assistant())
+    info = got["info"]
+    assert info.satellite is not None and info.satellite.active_wake_words == ["okay_nabu"]
+    assert info.satellite.name == "dev1" and info.wake  # the wake word Home Assistant resolves names with
+    assert got["detection"]["name"] == "okay_nabu"
+    assert got["pipeline"]["start_stage"] == "asr" and got["pipeline"]["end_stage"] == "tts"
+    assert (got["start"].rate, got["start"].width, got["start"].channels) == (16000, 2, 1)
+    assert "kitchen lights" in got["heard"].lower()  # what was streamed is the command
+    answers = list(out.glob("ha-answer-*.wav"))
+    notices = list(out.glob("ha-announce-*.wav"))
+    assert len(answers) == 1 and len(notices) == 1
+    assert "kitchen lights are on" in spoken(whisper, answers[0])
+    assert "dinner is ready" in spoken(whisper, notices[0])
+    wait_until(lambda: list(out.glob("ha-timer-*.wav")), what="the timer chime")
+    # The answer went out as the answer to the wake word's turn, through the announcement queue.
+    wake = satellite["watcher"].wait("edge/dev1/wake")[0]
+    done = satellite["watcher"].wait("edge/dev1/announce/status",
+                                     lambda d: d["state"] == "done" and d["id"].startswith("ha-answer"))
+    assert done[0]["conversation_id"] == wake["conversation_id"]
+
+
+def test_refused_audio_leaves_the_satellite_and_other_connections_working(satellite, clip_cache,
+                                                                           piper_voice) -> None:
+    port, out = satellite["port"], satellite["out"]
+    notice = clip_22k(NOTICE, clip_cache, piper_voice)
+
+    async def home_assistant() -> list[Event]:
+        async with AsyncTcpClient("127.0.0.1", port) as client, \
+                AsyncTcpClient("127.0.0.1", port) as other:
+            await client.write_event(RunSatellite().event())
+            await client.write_event(AudioChunk(rate=22050, width=2, channels=1, audio=b"\0\0").event())
+            errors = [await next_event(client, "error")]
+            # Longer than announcements.max_audio_s (8 s): refused, nothing queued.
+            await send_audio(client, np.tile(notice, 8), 22050)
+            errors.append(await next_event(client, "error"))
+            await other.write_event(Ping().event())
+            await next_event(other, "pong")
+            await send_audio(client, notice, 22050)  # the same connection still plays what fits
+            await next_event(client, "played")
+            return errors
+
+    errors = asyncio.run(home_assistant())
+    assert [e.data["code"] for e in errors] == ["no-audio-start", "audio-too-long"]
+    assert len(list(out.glob("ha-announce-*.wav"))) == 1
+
+
+def test_a_newer_run_satellite_takes_over_and_a_wake_word_without_home_assistant_is_local(
+        satellite, clip_cache, piper_voice) -> None:
+    port, mic = satellite["port"], satellite["mic"]
+    command = load_16k(piper_clip(WAKE_COMMAND, clip_cache, piper_voice))
+
+    async def two_clients() -> Event:
+        async with AsyncTcpClient("127.0.0.1", port) as old, AsyncTcpClient("127.0.0.1", port) as new:
+            for client in (old, new):
+                await client.write_event(RunSatellite().event())
+                await client.write_event(Ping().event())
+                await next_event(client, "pong")
+            mic.say(np.concatenate([silence(0.3), command]))
+            detection = await next_event(new, "detection")
+            await new.write_event(Transcript(text="turn on the kitchen lights").event())
+            await next_event(new, "audio-stop")
+            await old.write_event(Ping().event())
+            async with asyncio.timeout(10):  # the replaced controller got nothing of the turn
+                while (event := await old.read_event()) is not None and event.type != "pong":
+                    assert event.type not in ("detection", "run-pipeline", "audio-chunk"), event.type
+            return detection
+
+    assert asyncio.run(two_clients()).data["name"] == "okay_nabu"
+    # With no controller any more the next turn is the device's own: Whisper transcribes it.
+    mic.say(np.concatenate([silence(0.5), command, silence(1.5)]))
+    heard = satellite["watcher"].wait("edge/dev1/transcript", timeout=60)
+    assert "kitchen lights" in heard[-1]["text"].lower()
