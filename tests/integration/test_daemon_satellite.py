@@ -209,7 +209,7 @@ def test_refused_audio_leaves_the_satellite_and_other_connections_working(satell
             await client.write_event(AudioChunk(rate=22050, width=2, channels=1, audio=b"\0\0").event())
             errors = [await next_event(client, "error")]
             # Longer than announcements.max_audio_s (8 s): refused, nothing queued.
-            await send_audio(client, np.tile(notice, 8), 22050)
+            await send_audio(client, np.tile(notice, 20), 22050)
             errors.append(await next_event(client, "error"))
             await other.write_event(Ping().event())
             await next_event(other, "pong")
