@@ -22,6 +22,9 @@ Threads and loops (who owns what; also in docs/architecture.md):
   thread; the speaker thread's status observer opens a reply turn (`expect_reply`).
 - The Wyoming server (`wyoming.enabled`) runs on the daemon loop, one task per
   connection; its synthesis and recognition leave the loop through `asyncio.to_thread`.
+  Its satellite (`wyoming.satellite`) takes streamed turns from the listener thread
+  (`_on_event` only queues their events for the loop) and hands Home Assistant's audio
+  to `Announcer.submit_audio` through `asyncio.to_thread`.
 - `retire-synth`: one short-lived thread per reload that replaced the voice; it
   waits (bounded) for the speaker to be idle, then closes the old synthesizer.
 
