@@ -166,15 +166,20 @@ class SatelliteService:
         if self.controller is not session:
             return
         self.controller = None
+        self.answer_for = None
         turn = self.turn
         if turn is not None and turn.streaming:
             turn.streaming = False
             self.end_hearing_turn(turn.conversation_id)
 
     def heard(self, session: SatelliteSession, text: str | None) -> None:
-        """Home Assistant has the command (`transcript`) or gave up on it (`error`)."""
+        """Home Assistant has the command (`transcript`) or gave up on the turn (`error`)."""
+        if session is not self.controller:
+            return
+        if text is None:
+            self.answer_for = None  # a failed pipeline sends no answer: later audio is an announcement
         turn = self.turn
-        if session is not self.controller or turn is None or not turn.streaming:
+        if turn is None or not turn.streaming:
             return
         turn.streaming = False
         if text is not None:
@@ -278,6 +283,7 @@ class SatelliteSession:
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
+        self._outbox = asyncio.Queue()  # a turn's leftovers are not sent after a later run-satellite
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from speech_fixtures import silence
 from wyoming.asr import Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
+from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.info import Describe, Info
 from wyoming.ping import Ping
@@ -248,3 +249,27 @@ def test_a_newer_run_satellite_takes_over_and_a_wake_word_without_home_assistant
     mic.say(np.concatenate([silence(0.5), command, silence(1.5)]))
     heard = satellite["watcher"].wait("edge/dev1/transcript", timeout=60)
     assert "kitchen lights" in heard[-1]["text"].lower()
+
+
+def test_home_assistant_giving_up_ends_the_turn_and_later_audio_is_an_announcement(
+        satellite, clip_cache, piper_voice) -> None:
+    port, mic, out = satellite["port"], satellite["mic"], satellite["out"]
+    command = load_16k(piper_clip(WAKE_COMMAND, clip_cache, piper_voice))
+
+    async def home_assistant() -> None:
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(RunSatellite().event())
+            await client.write_event(Ping().event())
+            await next_event(client, "pong")
+            mic.say(np.concatenate([silence(0.3), command]))
+            await next_event(client, "audio-chunk")
+            await client.write_event(Error(text="no speech heard", code="stt-no-text-recognized").event())
+            await next_event(client, "audio-stop")  # the device stops streaming at once
+            await send_audio(client, clip_22k(NOTICE, clip_cache, piper_voice), 22050)
+            await next_event(client, "played")
+
+    asyncio.run(home_assistant())
+    assert not list(out.glob("ha-answer-*.wav"))  # no answer came: that audio was an announcement
+    assert len(list(out.glob("ha-announce-*.wav"))) == 1
+    ended = satellite["watcher"].wait("edge/dev1/wake")
+    assert len(ended) == 1
