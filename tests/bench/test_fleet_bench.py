@@ -18,7 +18,9 @@ def test_a_small_fleet_gets_everything_once_across_a_broker_restart():
     assert fan["deliveries"] == 100 and fan["lost"] == 0
     assert 0 < fan["p50_s"] <= fan["p95_s"] <= fan["max_s"]
     assert config["verified"] == 50 and config["rejected"] == {} and config["missing"] == 0
-    assert restart["complete"] and restart["sessions_resumed"] == 50 and restart["reconnected"] == 50
+    # On a failure the report says which devices did not come back and which missed an announcement.
+    assert restart["complete"] and restart["sessions_resumed"] == 50 and restart["reconnected"] == 50, restart
+    assert restart["not_reconnected"] == 0 and restart["missing_announcements"] == 0
     assert restart["expected"] == 100 and restart["exactly_once"] == 100
     assert restart["lost"] == 0 and restart["duplicates"] == 0
     assert sum(restart["connections_per_bin"]) == 50
