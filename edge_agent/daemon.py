@@ -495,7 +495,8 @@ class Daemon:
         if self.settings.wyoming.satellite:
             waking = self.settings.listen.mode == "wake" and self.settings.daemon.listen
             satellite = SatelliteService(self.settings, self.announcements, self._end_streamed_turn,
-                                         list(self.settings.wake.models) if waking else [])
+                                         list(self.settings.wake.models) if waking else [],
+                                         on_transcript=self._on_remote_transcript)
         service = WyomingService(self.settings, lambda: self.synth, transcriber, wake, satellite)
         try:
             await service.start()
@@ -545,7 +546,8 @@ class Daemon:
         elif isinstance(event, Woke):
             self._on_wake(event)
             if event.streamed and satellite is not None:
-                satellite.begin_turn(event.conversation_id, event.detection.model, event.detection.time)
+                found = event.detection
+                satellite.begin_turn(event.conversation_id, found.model, found.wake_word, found.time)
         elif isinstance(event, Heard):
             self._on_heard(event)
         elif isinstance(event, TurnEnded):
@@ -590,6 +592,16 @@ class Daemon:
         if self.hermes is not None:
             self.hermes.text_captured(transcript.text, float(transcript.end - transcript.start),
                                       wake_word=event.wake_word, session_id=event.conversation_id)
+
+    def _on_remote_transcript(self, text: str, conversation_id: str, wake_word: str) -> None:
+        """A streamed turn's command as Home Assistant heard it: published like the device's own
+        (stream times are Home Assistant's, so there are none)."""
+        self.metrics.inc("transcripts")
+        doc = {"text": text, "conversation_id": conversation_id, "wake_word": wake_word,
+               "source": "home-assistant", "ts": round(time.time(), 3)}
+        self._publish(Message.json(self.topics.transcript, doc, qos=1))
+        if self.hermes is not None:
+            self.hermes.text_captured(text, 0.0, wake_word=wake_word, session_id=conversation_id)
 
     # -- what Home Assistant may change (`homeassistant.adapter.Controls`; the MQTT thread) ---------
 

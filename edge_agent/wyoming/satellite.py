@@ -61,6 +61,8 @@ from edge_agent.wyoming.tts import ATTRIBUTION
 log = logging.getLogger(__name__)
 
 Send = Callable[[Event], Awaitable[None]]
+Heard = Callable[[str, str, str], None]
+"""(text, conversation_id, wake word) of a turn Home Assistant transcribed."""
 
 CONTROL = frozenset({"run-satellite", "pause-satellite"})
 """Events any connection may send to become (or stop being) the controller."""
@@ -82,6 +84,7 @@ FINAL = frozenset({"done", "expired", "failed", "rejected"})
 @dataclass
 class _Turn:
     conversation_id: str
+    wake_word: str
     streaming: bool = True
     """Microphone audio still goes out (until Home Assistant's transcript or error)."""
 
@@ -90,11 +93,13 @@ class SatelliteService:
     """The device as Home Assistant's satellite: at most one controller at a time."""
 
     def __init__(self, settings: Settings, announcer: Announcer, end_turn: Callable[[str], None],
-                 wake_words: Sequence[str] = ()) -> None:
+                 wake_words: Sequence[str] = (), on_transcript: Heard | None = None) -> None:
         self.settings = settings
         self.announcer = announcer
         self.end_hearing_turn = end_turn
         """Ends the hearing loop's streamed turn (any thread)."""
+        self.on_transcript = on_transcript
+        """Told Home Assistant's transcript of a turn (the daemon publishes it like its own)."""
         self.wake_words = list(wake_words)
         self.controller: SatelliteSession | None = None
         self.turn: _Turn | None = None
@@ -124,12 +129,12 @@ class SatelliteService:
 
     # -- the hearing loop's thread ---------------------------------------------------------
 
-    def begin_turn(self, conversation_id: str, wake_model: str, timestamp_s: float) -> None:
+    def begin_turn(self, conversation_id: str, wake_model: str, wake_word: str, timestamp_s: float) -> None:
         controller = self.controller
         if controller is None or not controller.running:
             self.end_hearing_turn(conversation_id)  # nobody to stream to any more
             return
-        self.turn = _Turn(conversation_id)
+        self.turn = _Turn(conversation_id, wake_word)
         self.answer_for = conversation_id
         log.info("streaming the command to Home Assistant", extra={"conversation_id": conversation_id})
         controller.post(Detection(name=wake_model, timestamp=round(timestamp_s * 1000)).event(),
@@ -182,9 +187,11 @@ class SatelliteService:
         if turn is None or not turn.streaming:
             return
         turn.streaming = False
-        if text is not None:
-            log.info("Home Assistant heard: %s", text, extra={"conversation_id": turn.conversation_id})
         self.end_hearing_turn(turn.conversation_id)
+        if text:
+            log.info("Home Assistant heard: %s", text, extra={"conversation_id": turn.conversation_id})
+            if self.on_transcript is not None:
+                self.on_transcript(text, turn.conversation_id, turn.wake_word)
         session.post(AudioStop().event())
 
     async def play(self, session: SatelliteSession, samples: Samples, rate: int, text: str,

@@ -196,6 +196,10 @@ def test_a_whole_turn_and_an_announcement_as_home_assistant_runs_them(
     done = satellite["watcher"].wait("edge/dev1/announce/status",
                                      lambda d: d["state"] == "done" and d["id"].startswith("ha-answer"))
     assert done[0]["conversation_id"] == wake["conversation_id"]
+    # Home Assistant's transcript is published like the device's own (the last-transcript sensor).
+    heard = satellite["watcher"].wait("edge/dev1/transcript")
+    assert heard[0]["text"] == got["heard"] and heard[0]["source"] == "home-assistant"
+    assert heard[0]["conversation_id"] == wake["conversation_id"] and heard[0]["wake_word"] == "Okay Nabu"
 
 
 def test_refused_audio_leaves_the_satellite_and_other_connections_working(satellite, clip_cache,
