@@ -4,6 +4,16 @@ The command line turns an `EdgeError` into one line on stderr and exit code 2;
 anything else is an internal failure (exit 1).
 """
 
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+
+TIMEOUTS: tuple[type[Exception], ...] = (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)
+"""What an expired deadline raises: `asyncio.wait_for` and `Future.result(timeout=)` raise their
+own classes on Python 3.10 (aliases of the built-in `TimeoutError` from 3.11 on), so a bare
+`except TimeoutError` misses them there."""
+
 
 class EdgeError(Exception):
     """Bad input or environment, explained in a message the user can act on."""

@@ -112,7 +112,7 @@ class Server:
                     await client.write_event(Describe().event())
                     if await asyncio.wait_for(client.read_event(), 10) is not None:
                         return
-            except (OSError, TimeoutError):
+            except (OSError, TimeoutError, asyncio.TimeoutError):
                 pass
             if time.monotonic() > deadline:
                 raise UsageError(f"{self.name} not ready after {timeout:g} s")

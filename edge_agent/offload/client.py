@@ -26,6 +26,7 @@ import numpy as np
 from edge_agent import __version__
 from edge_agent.audio.frames import Samples
 from edge_agent.config import Endpoint, OffloadSettings, parse_uri
+from edge_agent.errors import TIMEOUTS
 from edge_agent.offload import auth
 from edge_agent.offload.breaker import Backoff, CircuitBreaker
 from edge_agent.offload.codecs import SentenceDecoder, available_codecs
@@ -134,7 +135,7 @@ class ClientConnection:
             return await asyncio.wait_for(
                 cls._open(endpoint, psk, max_frame=max_frame, tls_ca=tls_ca, server_name=server_name,
                           codecs=codecs), timeout)
-        except TimeoutError:
+        except TIMEOUTS:
             where = f"{endpoint.host}:{endpoint.port}"
             raise Unavailable(f"{where}: no connection within {timeout:g} s") from None
 
@@ -206,7 +207,7 @@ class ClientConnection:
         try:
             await self.conn.send(Ping(nonce))
             await asyncio.wait_for(future, timeout)
-        except TimeoutError:
+        except TIMEOUTS:
             raise RemoteTimeout(f"no PONG within {timeout:g} s") from None
         finally:
             self._pings.pop(nonce, None)
@@ -619,7 +620,7 @@ class OffloadClient:
             log.debug("offload: ping %.1f ms", rtt * 1000)
 
     async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(*TIMEOUTS):
             await asyncio.wait_for(self._stop.wait(), seconds)
 
     # -- used from the synthesizing thread ------------------------------------------
@@ -638,7 +639,7 @@ class OffloadClient:
                          deadline_ms=round(deadline_s * 1000)), self._loop)
         try:
             remote.stream = future.result(timeout=self.settings.connect_timeout_s)
-        except TimeoutError:
+        except TIMEOUTS:
             future.cancel()
             raise Unavailable("could not send the request in time") from None
         return remote

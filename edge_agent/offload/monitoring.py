@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from edge_agent.errors import ConfigError
+from edge_agent.errors import TIMEOUTS, ConfigError
 from edge_agent.offload.metrics import ServerMetrics
 
 if TYPE_CHECKING:
@@ -122,20 +122,21 @@ class Monitor:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(*TIMEOUTS):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
             status, ctype, body = self._answer(head)
-        except (asyncio.LimitOverrunError, asyncio.IncompleteReadError, TimeoutError, ConnectionError):
+        except (asyncio.LimitOverrunError, asyncio.IncompleteReadError, TimeoutError, asyncio.TimeoutError,
+                ConnectionError):
             status, ctype, body = "400 Bad Request", "text/plain", b"bad request\n"
         try:
             writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
                          "Connection: close\r\n\r\n".encode() + body)
             await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT_S)
-        except (TimeoutError, ConnectionError):
+        except (TimeoutError, asyncio.TimeoutError, ConnectionError):
             pass
         finally:
             writer.close()

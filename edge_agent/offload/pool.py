@@ -30,6 +30,7 @@ import time
 from collections.abc import Collection
 
 from edge_agent.config import Endpoint, OffloadSettings, parse_uri
+from edge_agent.errors import TIMEOUTS
 from edge_agent.offload.breaker import BreakerState
 from edge_agent.offload.client import ClientLoop, OffloadClient
 
@@ -115,7 +116,7 @@ class ServerPool:
                 self._cond.notify_all()
             if all(_is_address(t.host) for t in self._targets):
                 return  # nothing to resolve again
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(*TIMEOUTS):
                 await asyncio.wait_for(self._stop.wait(), self.settings.resolve_interval_s)
 
     async def _resolve(self, target: Endpoint) -> list[Endpoint] | None:
@@ -126,7 +127,7 @@ class ServerPool:
             infos = await asyncio.wait_for(
                 loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM),
                 self.settings.connect_timeout_s)
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError, asyncio.TimeoutError) as exc:
             log.warning("offload: cannot resolve %s (%s); keeping %d known server(s)", target.host,
                         exc, len(self._resolved.get(target, [])))
             return None

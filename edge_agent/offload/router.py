@@ -12,6 +12,7 @@ received sentence is dropped and spoken again in full.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections.abc import Generator, Iterator
@@ -213,7 +214,7 @@ class SynthRouter:
             pass
         try:
             client.ping(min(s.ping_timeout_s, s.stall_probe_s / 2))
-        except (OffloadError, TimeoutError) as exc:
+        except (OffloadError, TimeoutError, concurrent.futures.TimeoutError) as exc:
             raise RemoteTimeout(f"no PONG while a sentence was due ({exc}): the link looks dead") from None
         return remote.next_sentence(max(started + timeout - time.monotonic(), 0.0))
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edge_agent.audio.resample import resample
+from edge_agent.errors import TIMEOUTS
 from edge_agent.offload.codecs import Chunk, SentenceEncoder
 from edge_agent.offload.metrics import ServerMetrics
 from edge_agent.offload.transport import cancel_and_wait
@@ -157,5 +158,5 @@ class Scheduler:
             None, lambda: self._pool.shutdown(wait=True, cancel_futures=True))
         try:
             await asyncio.wait_for(waiting, timeout)
-        except TimeoutError:
+        except TIMEOUTS:
             log.warning("synthesis threads still busy after %.0f s; exiting anyway", timeout)

@@ -16,7 +16,7 @@ from typing import Any
 
 from edge_agent import __version__
 from edge_agent.config import ServerSettings
-from edge_agent.errors import ConfigError
+from edge_agent.errors import TIMEOUTS, ConfigError
 from edge_agent.offload import auth
 from edge_agent.offload.codecs import OPUS_RATES, SentenceEncoder, available_codecs, opus_rate
 from edge_agent.offload.messages import (
@@ -204,11 +204,11 @@ class SynthServer:
                  len(self._sessions), self.metrics.open_streams)
         for session in list(self._sessions):
             await session.go_away()
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(*TIMEOUTS):
             await asyncio.wait_for(self._idle.wait(), self.settings.shutdown_grace_s)
         for session in list(self._sessions):
             await session.terminate()
-        with contextlib.suppress(TimeoutError):  # connection handlers unwind after their sockets close
+        with contextlib.suppress(*TIMEOUTS):  # connection handlers unwind after their sockets close
             await asyncio.wait_for(self._no_sessions.wait(), 2.0)
         await self.scheduler.stop()
         log.info("metrics %s", json.dumps(self.metrics.snapshot()))

@@ -9,7 +9,7 @@ import socket
 import ssl
 from pathlib import Path
 
-from edge_agent.errors import ConfigError, EdgeError
+from edge_agent.errors import TIMEOUTS, ConfigError, EdgeError
 from edge_agent.offload import messages
 from edge_agent.offload.messages import Error, Message
 from edge_agent.offload.protocol import (
@@ -90,7 +90,7 @@ class FramedConnection:
                 if timeout is not None and timeout <= 0:
                     raise TimeoutError
                 data = await asyncio.wait_for(self._reader.read(READ_SIZE), timeout)
-            except TimeoutError:
+            except TIMEOUTS:
                 raise PeerStalled(f"{self.peer}: no data for too long {what}") from None
             except (ConnectionError, OSError, ssl.SSLError) as exc:
                 raise ConnectionClosed(f"{self.peer}: connection lost ({exc})") from None
@@ -121,7 +121,7 @@ class FramedConnection:
                 self.bytes_out += len(frame)
                 await asyncio.wait_for(self._writer.drain(), self.write_timeout)
                 self._queue.task_done()
-        except TimeoutError:
+        except TIMEOUTS:
             log.warning("%s: peer has not read for %.1f s; closing", self.peer, self.write_timeout)
             self.close_reason = PeerStalled(f"{self.peer}: the peer stopped reading")
             self._abort()

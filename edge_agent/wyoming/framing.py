@@ -20,7 +20,7 @@ from typing import Any
 from wyoming.event import Event, async_write_event
 
 from edge_agent.config import WyomingSettings
-from edge_agent.errors import EdgeError
+from edge_agent.errors import TIMEOUTS, EdgeError
 
 
 class FramingError(EdgeError):
@@ -62,13 +62,13 @@ class EventReader:
         limits = self.limits
         try:
             first = await asyncio.wait_for(self._reader.read(1), limits.idle_timeout_s)
-        except TimeoutError:
+        except TIMEOUTS:
             raise FramingError(f"no event for {limits.idle_timeout_s:g} s", "idle-timeout") from None
         if not first:
             return None
         try:
             return await asyncio.wait_for(self._rest(first), limits.event_timeout_s)
-        except TimeoutError:
+        except TIMEOUTS:
             raise FramingError(f"event not complete within {limits.event_timeout_s:g} s",
                                "event-timeout") from None
 
@@ -134,5 +134,5 @@ async def write_event(writer: asyncio.StreamWriter, event: Event, timeout: float
     """Send one event; a peer that does not take it within `timeout` gets a `FramingError`."""
     try:
         await asyncio.wait_for(async_write_event(event, writer), timeout)
-    except TimeoutError:
+    except TIMEOUTS:
         raise FramingError(f"peer took no data for {timeout:g} s", "write-timeout") from None
