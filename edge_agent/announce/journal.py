@@ -4,7 +4,9 @@ One append-only file of JSON lines, fsynced per record:
 
     {"op": "accept", "a": {...announcement...}, "ts": ...}   accepted, waiting
     {"op": "start", "id": ..., "ts": ...}                     speaking began
-    {"op": "requeue", "id": ..., "resume": 2, "ts": ...}      stopped at a sentence boundary
+    {"op": "requeue", "id": ..., "resume": 2, "spent_s": 4.2, "ts": ...}
+                                                              stopped at a sentence boundary
+                                                              after spent_s of audio
     {"op": "finish", "id": ..., "state": "done", ...}         done / expired / failed
     {"op": "seen", "id": ..., "state": ..., "ts": ...}        a finished id (after compaction)
 
@@ -69,6 +71,8 @@ class Entry:
     """Kept while the announcement is not finished."""
     resume: int = 0
     """First sentence still to speak."""
+    spent_s: float = 0.0
+    """Audio already played, counted against `announcements.max_audio_s`."""
     extra: dict[str, Any] = field(default_factory=dict)
     """engine / error of a finished one."""
 
@@ -81,6 +85,8 @@ class Recovered:
     """Accepted, not yet spoken: (announcement, sentence to resume from)."""
     interrupted: list[str]
     """Ids that were speaking when the process died; now recorded as failed."""
+    spent: dict[str, float] = field(default_factory=dict)
+    """Id -> seconds of audio a pending announcement has already played (its budget's use)."""
 
 
 class Journal:
@@ -127,9 +133,10 @@ class Journal:
                 # A full disk at start: keep appending to the file as it is (its torn
                 # tail cut off); the failed ids stay failed in memory until a compaction.
                 self._file = self._open_file(self.path)
-            pending = [(e.announcement, e.resume) for e in self._entries.values()
-                       if e.state == "queued" and e.announcement is not None]
-            return Recovered(pending, interrupted)
+            queued = [e for e in self._entries.values() if e.state == "queued" and e.announcement is not None]
+            pending = [(e.announcement, e.resume) for e in queued if e.announcement is not None]
+            spent = {e.announcement.id: e.spent_s for e in queued if e.announcement is not None and e.spent_s}
+            return Recovered(pending, interrupted, spent)
 
     def close(self) -> None:
         with self._lock:
@@ -167,9 +174,11 @@ class Journal:
         """Speaking begins; raises `JournalError` (nothing changed) if that cannot be recorded."""
         self._update(ann_id, {"op": "start", "id": ann_id}, "speaking", must_persist=True)
 
-    def requeue(self, ann_id: str, resume: int) -> None:
-        """Speaking stopped cleanly before sentence `resume`; it waits again from there."""
-        self._update(ann_id, {"op": "requeue", "id": ann_id, "resume": resume}, "queued", resume=resume)
+    def requeue(self, ann_id: str, resume: int, spent_s: float = 0.0) -> None:
+        """Speaking stopped cleanly before sentence `resume`, `spent_s` seconds of audio in all;
+        it waits again from there (a restart keeps both: the audio budget is not renewed)."""
+        record = {"op": "requeue", "id": ann_id, "resume": resume, "spent_s": round(spent_s, 3)}
+        self._update(ann_id, record, "queued", resume=resume, spent_s=spent_s)
 
     def finish(self, ann_id: str, state: str, **extra: Any) -> None:
         if state not in FINAL_STATES:
@@ -186,7 +195,8 @@ class Journal:
             return self.error is None
 
     def _update(self, ann_id: str, record: dict[str, Any], state: str, *, resume: int | None = None,
-                extra: dict[str, Any] | None = None, must_persist: bool = False) -> None:
+                spent_s: float | None = None, extra: dict[str, Any] | None = None,
+                must_persist: bool = False) -> None:
         with self._lock:
             entry = self._entries.get(ann_id)
             if entry is None:
@@ -201,6 +211,8 @@ class Journal:
             entry.state, entry.ts = state, now
             if resume is not None:
                 entry.resume = resume
+            if spent_s is not None:
+                entry.spent_s = spent_s
             if state in FINAL_STATES:
                 entry.announcement = None
                 entry.extra = extra or {}
@@ -283,6 +295,7 @@ class Journal:
                 entry.state = "speaking"
             elif op == "requeue":
                 entry.state, entry.resume = "queued", int(rec["resume"])
+                entry.spent_s = float(rec.get("spent_s", 0.0))  # absent in older journals
             elif op == "finish":
                 entry.state, entry.announcement = rec["state"], None
                 entry.extra = {k: rec[k] for k in ("engine", "error", "truncated") if k in rec}
@@ -306,8 +319,9 @@ class Journal:
             else:
                 ann = e.announcement
                 lines.append({"op": "accept", "a": ann.to_json(), "ts": ann.received_at})
-                if e.resume:
-                    lines.append({"op": "requeue", "id": ann_id, "resume": e.resume, "ts": e.ts})
+                if e.resume or e.spent_s:
+                    lines.append({"op": "requeue", "id": ann_id, "resume": e.resume,
+                                  "spent_s": round(e.spent_s, 3), "ts": e.ts})
         body = b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in lines)
         try:
             atomic_write(self.path, body)

@@ -45,7 +45,7 @@ from edge_agent.announce.message import (
     parse_announcement,
     status,
 )
-from edge_agent.announce.playout import SinkOpener, speak
+from edge_agent.announce.playout import SinkOpener, Spoken, speak
 from edge_agent.announce.queue import AnnouncementQueue, Item
 from edge_agent.audio.frames import Samples
 from edge_agent.config import AnnouncementSettings
@@ -159,7 +159,7 @@ class Announcer:
                 self.journal.finish(ann.id, "failed", error=problem)
                 self._status(ann.id, "failed", error=problem)
                 continue
-            self.queue.put(ann, resume)
+            self.queue.put(ann, resume, spent_s=found.spent.get(ann.id, 0.0))
             log.info("announcement recovered from the journal", extra={"id": ann.id, "resume": resume})
         # What a crash left between writing a file and its journal record, or between an
         # announcement's end and removing its file.
@@ -361,8 +361,14 @@ class Announcer:
             self._drop_audio(ann)
             self._status(ann.id, "done", engine=result.engine, **cut, **_turn(ann))
             return
-        self.journal.requeue(ann.id, result.resume)
-        self.queue.put(ann, result.resume, result.sink, seq=item.seq, spent_s=item.spent_s + result.audio_s)
+        self._requeue(item, result)
+
+    def _requeue(self, item: Item, result: Spoken) -> None:
+        """Stopped at a sentence boundary: it waits again from there, its audio budget as used."""
+        ann = item.announcement
+        spent_s = item.spent_s + result.audio_s
+        self.journal.requeue(ann.id, result.resume, spent_s)
+        self.queue.put(ann, result.resume, result.sink, seq=item.seq, spent_s=spent_s)
         why = ("shutting down" if self._stopping.is_set()
                else "a conversation turn" if self.queue.held else "a more urgent announcement")
         log.info("stopped before sentence %d for %s; resumes later", result.resume, why,

@@ -176,7 +176,8 @@ class _Tracked:
         chunk: AudioChunk | None = first
         while chunk is not None:
             out = self._convert(chunk)
-            room = max(0.0, self.budget_s * out.sample_rate)  # frames still allowed; inf: no bound
+            # Frames still allowed (inf: no bound), rounded so 0.12 - 0.05 s is 1120 frames, not 1119.
+            room = max(0.0, round(self.budget_s * out.sample_rate, 6))
             if len(out.samples) > room or (len(out.samples) == room and not out.last):
                 # The cost bound: what was sent cannot make the device speak for longer than this.
                 self.truncated = self.exhausted = True
@@ -256,12 +257,11 @@ def speak(item: Item, synth: Synthesizer, opener: SinkOpener, *,
     complete = not stats.interrupted or (tracked.exhausted and done_through >= tracked.last_sentence)
     engine = tracked.engines.most_common(1)[0][0] if tracked.engines else None
     audio_s = stats.frames / sink.sample_rate if sink.sample_rate else 0.0
-    if tracked.truncated:
-        sink.close()
-        return Spoken(True, done_through + 1, engine, audio_s, truncated=True)
     if complete:
         sink.close()
-        return Spoken(True, done_through + 1, engine, audio_s)
+        return Spoken(True, done_through + 1, engine, audio_s, truncated=tracked.truncated)
+    # Stopped before its end, even if synthesis ran ahead into the audio budget: what was not
+    # played is spoken later, within what is left of the budget.
     if not opener.keeps_open:
         sink.close()
         return Spoken(False, done_through + 1, engine, audio_s)

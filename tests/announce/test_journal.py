@@ -41,11 +41,19 @@ def test_accepted_announcements_survive_and_come_back_pending(tmp_path):
     for name in ("a", "b", "c"):
         journal.accept(ann(name))
     journal.start("b")
-    journal.requeue("b", 2)
+    journal.requeue("b", 2, spent_s=3.25)
     journal.close()
     _, found = open_journal(tmp_path)
     assert [(a.id, resume) for a, resume in found.pending] == [("a", 0), ("b", 2), ("c", 0)]
     assert found.pending[0][0] == ann("a")
+    assert found.spent == {"b": 3.25}  # the audio budget already used, across the restart
+    # A journal written before `spent_s` was recorded reads as nothing spent.
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "journal.jsonl").write_text(
+        json.dumps({"op": "accept", "a": ann("d").to_json(), "ts": 1.0}) + "\n"
+        + json.dumps({"op": "requeue", "id": "d", "resume": 1, "ts": 2.0}) + "\n")
+    _, old = open_journal(tmp_path / "old")
+    assert [(a.id, r) for a, r in old.pending] == [("d", 1)] and old.spent == {}
 
 
 def test_an_announcement_speaking_at_a_crash_is_failed_not_repeated(tmp_path):

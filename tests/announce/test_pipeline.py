@@ -282,6 +282,29 @@ def test_an_announcement_is_cut_at_its_audio_budget_and_the_status_says_so(pipel
     assert p.service.journal.get("long").extra["truncated"] is True
 
 
+def test_the_audio_budget_is_not_renewed_by_a_restart(tmp_path):
+    opener = GatedOpener(tmp_path / "out", gated="long")
+    first = Pipeline(tmp_path, opener=opener, max_audio_s=0.12)  # ToneSynth: 0.05 s per sentence
+    first.send({"id": "long", "text": "One. Two. Three. Four. Five. Six."})
+    first.service.start()
+    assert opener.entered.wait(30)
+    first.service.hold()  # stops after "One.": 0.05 s of the 0.12 s spent
+    opener.gate.set()
+    wait_until(lambda: first.states("long")[-1:] == ["queued"] and len(first.states("long")) == 3,
+               what="'long' paused")
+    first.service.stop()
+    second = Pipeline(tmp_path, max_audio_s=0.12)
+    second.service.start()
+    try:
+        second.wait_state("long", "done")
+        done = [d for d in second.statuses if d["id"] == "long" and d["state"] == "done"]
+        assert done[0]["truncated"] is True
+        # What is left of the budget after the restart: 0.07 s ("Two." and 0.02 s of "Three.").
+        assert len(read_wav(tmp_path / "out" / "long.wav").samples) == round(0.07 * 16000)
+    finally:
+        second.service.stop()
+
+
 # -- conversation turns ------------------------------------------------------------------
 
 
