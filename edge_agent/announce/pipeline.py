@@ -49,6 +49,7 @@ from edge_agent.announce.playout import SinkOpener, Spoken, speak
 from edge_agent.announce.queue import AnnouncementQueue, Item
 from edge_agent.audio.frames import Samples
 from edge_agent.config import AnnouncementSettings
+from edge_agent.logs import Throttle
 from edge_agent.metrics import Metrics
 from edge_agent.tts.voice import Synthesizer
 
@@ -92,6 +93,7 @@ class Announcer:
         self._idle = threading.Event()
         """The opposite of `busy`, for `wait_idle`; see the module's invariant."""
         self._idle.set()
+        self._reject_log = Throttle(1.0)
         self.last_spoke = float("-inf")
         """`time.monotonic()` when speech last ended."""
         self.current: Announcement | None = None
@@ -230,9 +232,19 @@ class Announcer:
         return self._accept(ann, settings, source, (audio, sample_rate))
 
     def _rejected(self, exc: Rejected, source: str) -> None:
+        self._reject(exc.id, exc.reason, source)
+
+    def _reject(self, ann_id: str | None, reason: str, source: str = "") -> None:
+        """A final `rejected` status; the log says so once a second at most (a flood of bad or
+        surplus messages is one line a second, the rest counted in it; each status says why)."""
         self.metrics.inc("announcements_rejected")
-        log.warning("announcement rejected: %s", exc.reason, extra={"id": exc.id, "topic": source})
-        self._status(exc.id, "rejected", error=exc.reason)
+        if self._reject_log.ready():
+            skipped = self._reject_log.take_suppressed()
+            more = f" ({skipped} more rejected since the last line)" if skipped else ""
+            log.warning("announcement rejected: %s%s", reason, more, extra={"id": ann_id, "topic": source})
+        else:
+            log.debug("announcement rejected: %s", reason, extra={"id": ann_id, "topic": source})
+        self._status(ann_id, "rejected", error=reason)
 
     def _accept(self, ann: Announcement, settings: AnnouncementSettings, source: str,
                 audio: tuple[Samples, int] | None = None) -> bool:
@@ -245,10 +257,7 @@ class Announcer:
                 self._status(ann.id, seen.state, duplicate=True, **seen.extra)
                 return True
             if len(self.queue) >= settings.queue_max:
-                self.metrics.inc("announcements_rejected")
-                reason = f"queue full ({settings.queue_max} waiting)"
-                log.warning("announcement rejected: %s", reason, extra={"id": ann.id})
-                self._status(ann.id, "rejected", error=reason)
+                self._reject(ann.id, f"queue full ({settings.queue_max} waiting)", source)
                 return True
             if audio is not None:
                 try:

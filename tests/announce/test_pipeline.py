@@ -266,6 +266,18 @@ def test_a_swapped_bundle_speaks_the_next_announcement_and_the_current_one_ends_
     assert done == {"first": "local", "second": "remote"}
 
 
+def test_a_flood_of_rejections_is_one_log_line_a_second_and_a_status_each(pipeline, caplog):
+    p = pipeline()
+    with caplog.at_level("DEBUG", logger="edge_agent.announce.pipeline"):
+        for n in range(50):
+            assert p.send({"id": f"bad-{n}", "text": "Hi.", "priority": 12})
+    rejected = [d for d in p.statuses if d["state"] == "rejected"]
+    assert len(rejected) == 50 and all("'priority'" in d["error"] for d in rejected)
+    lines = [r for r in caplog.records if r.getMessage().startswith("announcement rejected")]
+    assert len(lines) == 50  # every one is in the debug log
+    assert [r.levelname for r in lines].count("WARNING") <= 2  # 50 in far less than two seconds
+
+
 def test_an_announcement_is_cut_at_its_audio_budget_and_the_status_says_so(pipeline, tmp_path):
     from edge_agent.audio.wav import read_wav
 
