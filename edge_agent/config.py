@@ -159,6 +159,9 @@ class AsrSettings:
     """Spoken language for multilingual models (ignored by English-only ones)."""
     max_tokens: int = 96
     """Most tokens decoded per utterance (a 20 s command needs far fewer)."""
+    beam_size: int = 1
+    """Hypotheses kept while decoding: 1 is greedy; 5 is Whisper's and faster-whisper's beam search,
+    at about that many times the decoder's time (the exported decoder runs one hypothesis at a time)."""
     padding: Literal["bucket", "full"] = "bucket"
     """full: pad every utterance to Whisper's 30 s window; bucket: to speech + margin, rounded up."""
     bucket_s: float = 2.0
@@ -180,6 +183,8 @@ class AsrSettings:
             raise ValueError(f"decoder_threads: must be at least 1, not {self.decoder_threads}")
         if not 1 <= self.max_tokens <= 224:
             raise ValueError(f"max_tokens: {self.max_tokens} is outside 1..224")
+        if not 1 <= self.beam_size <= 16:
+            raise ValueError(f"beam_size: {self.beam_size} is outside 1..16")
         if not 0.5 <= self.bucket_s <= 30.0:
             raise ValueError(f"bucket_s: {self.bucket_s} is outside 0.5..30")
         if not 0.0 <= self.margin_s <= 10.0:

@@ -64,7 +64,7 @@ class Transcriber:
     def __call__(self, utterance: Utterance) -> Transcript | None:
         s = self.settings
         result = self.model.recognize(utterance.samples, self.padding, max_tokens=s.max_tokens,
-                                      language=s.language)
+                                      language=s.language, beam_size=s.beam_size)
         silent = result.no_speech_prob > s.no_speech_threshold and result.avg_logprob < LOGPROB_THRESHOLD
         if silent or result.avg_logprob < s.min_avg_logprob or not result.text:
             self.dropped += 1

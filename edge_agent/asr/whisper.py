@@ -6,10 +6,11 @@ every input to 30 s; for a 2 s voice command that padding is most of the work.
 behaviour) or `bucket` (speech plus a margin of silence, rounded up to a multiple
 of `bucket_s`, so a few distinct lengths keep onnxruntime's caches warm).
 
-Decoding follows openai-whisper's greedy path without timestamps: the prompt is
-the start-of-transcript sequence plus `<|notimestamps|>`, blank output and
+Decoding follows openai-whisper without timestamps: the prompt is the
+start-of-transcript sequence plus `<|notimestamps|>`, blank output and
 end-of-text are suppressed on the first step, the manifest's `suppress_tokens`
-on every step, and the arg-max token is taken until end-of-text.
+on every step, and the arg-max token is taken until end-of-text (greedy, the
+default), or `beam_size` hypotheses are kept (`edge_agent.asr.beam`, its rules).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from edge_agent.asr.beam import Beam
 from edge_agent.asr.features import (
     FRAMES_PER_SECOND,
     HOP_LENGTH,
@@ -266,24 +268,63 @@ class WhisperOnnx:
             step_input = np.array([[token]], dtype=np.int64)
         return sampled, no_speech, sum_logprob
 
+    def decode_beam(self, cross_k: Features, cross_v: Features, prompt: list[int], max_tokens: int,
+                    beam_size: int) -> tuple[list[int], float, float]:
+        """Beam search: (best tokens, no-speech probability, their sum of log-probabilities).
+
+        The exported decoder takes one sequence at a time, so each step runs once per
+        live hypothesis: the decoder's time grows with `beam_size`.
+        """
+        d = self.dims
+        shape = (d.n_text_layer, 1, 0, d.n_text_state)
+        empty = np.zeros(shape, dtype=np.float32)
+        beam = Beam(beam_size, self.tokens.eot, (empty, empty))
+        no_speech = 0.0
+        limit = min(max_tokens, d.n_text_ctx - len(prompt))
+        for step in range(limit):
+            rows, states = [], []
+            for hyp in beam.live:
+                self_k, self_v = hyp.state
+                fed = prompt if step == 0 else [hyp.tokens[-1]]
+                logits, self_k, self_v = self._decoder.run(
+                    ["logits", "self_k_out", "self_v_out"],
+                    {"tokens": np.array([fed], dtype=np.int64), "self_k_in": self_k, "self_v_in": self_v,
+                     "cross_k": cross_k, "cross_v": cross_v,
+                     "offset": np.array(self_k.shape[2], dtype=np.int64)},
+                )
+                if step == 0 and self.tokens.no_speech is not None:
+                    no_speech = float(_softmax(logits[0, 0].astype(np.float64))[self.tokens.no_speech])
+                last = logits[0, -1].copy()
+                last[self._suppress] = -np.inf
+                if step == 0:
+                    last[self._blank] = -np.inf
+                rows.append(_log_softmax(last))
+                states.append((self_k, self_v))
+            beam.advance(rows, states)
+            if beam.done:
+                break
+        tokens, sum_logprob = beam.best()
+        return list(tokens), no_speech, sum_logprob
+
     def recognize(self, audio: Samples, padding: Padding | None = None, *, max_tokens: int = 224,
-                  language: str | None = None) -> Recognition:
+                  language: str | None = None, beam_size: int = 1) -> Recognition:
         """Transcribe 16 kHz mono audio; beyond 30 s it goes in consecutive 30 s windows.
 
-        With bucket padding, a degenerate result (a repetition loop: text that
+        `beam_size` 1 decodes greedily; more keeps that many hypotheses. With bucket
+        padding, a degenerate result (a repetition loop: text that
         compresses too well, or decoding that ran out of tokens) is decoded again
         with Whisper's full 30 s window, and `fallback` says so.
         """
         pad = padding or Padding("full")
         if audio.size > N_FRAMES * HOP_LENGTH:
-            return self._recognize_long(audio, pad, max_tokens, language)
+            return self._recognize_long(audio, pad, max_tokens, language, beam_size)
         frames = pad.frames(audio.size)
         limit = min(max_tokens, token_budget(audio.size / SAMPLE_RATE))
-        result = self._recognize_window(audio, frames, limit, language)
+        result = self._recognize_window(audio, frames, limit, language, beam_size)
         if frames < N_FRAMES and degenerate(result, limit):
             log.info("decode at %d frames looks degenerate (%r); retrying with 30 s", frames,
                      result.text[:80])
-            full = self._recognize_window(audio, N_FRAMES, max_tokens, language)
+            full = self._recognize_window(audio, N_FRAMES, max_tokens, language, beam_size)
             spent = result.timings
             timings = Timings(spent.features + full.timings.features, spent.encoder + full.timings.encoder,
                               spent.decoder + full.timings.decoder)
@@ -291,7 +332,7 @@ class WhisperOnnx:
         return result
 
     def _recognize_window(self, audio: Samples, frames: int, max_tokens: int,
-                          language: str | None) -> Recognition:
+                          language: str | None, beam_size: int) -> Recognition:
         timings = Timings()
         started = time.perf_counter()
         mel = self.features(audio, frames)
@@ -300,15 +341,20 @@ class WhisperOnnx:
         cross_k, cross_v = self.encode(mel)
         timings.encoder = time.perf_counter() - started
         started = time.perf_counter()
-        tokens, no_speech, sum_logprob = self.decode(cross_k, cross_v, self.prompt(language), max_tokens)
+        prompt = self.prompt(language)
+        if beam_size > 1:
+            tokens, no_speech, sum_logprob = self.decode_beam(cross_k, cross_v, prompt, max_tokens, beam_size)
+        else:
+            tokens, no_speech, sum_logprob = self.decode(cross_k, cross_v, prompt, max_tokens)
         timings.decoder = time.perf_counter() - started
         text = self.tokenizer.decode(tokens).strip()
         return Recognition(text, tuple(tokens), no_speech, sum_logprob / (len(tokens) + 1), frames, timings)
 
     def _recognize_long(self, audio: Samples, pad: Padding, max_tokens: int,
-                        language: str | None) -> Recognition:
+                        language: str | None, beam_size: int) -> Recognition:
         window = N_FRAMES * HOP_LENGTH
-        parts = [self.recognize(audio[i:i + window], pad, max_tokens=max_tokens, language=language)
+        parts = [self.recognize(audio[i:i + window], pad, max_tokens=max_tokens, language=language,
+                                beam_size=beam_size)
                  for i in range(0, audio.size, window)]
         timings = Timings(sum(p.timings.features for p in parts), sum(p.timings.encoder for p in parts),
                           sum(p.timings.decoder for p in parts))
@@ -333,6 +379,13 @@ class WhisperOnnx:
 def _softmax(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     e = np.exp(x - x.max())
     out: npt.NDArray[np.float64] = e / e.sum()
+    return out
+
+
+def _log_softmax(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """log softmax(x) in float32, the normaliser summed in float64; -inf entries stay -inf."""
+    top = x.max()
+    out: npt.NDArray[np.float32] = x - (top + np.float32(np.log(np.exp(x - top).sum(dtype=np.float64))))
     return out
 
 

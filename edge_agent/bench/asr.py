@@ -1,10 +1,11 @@
 """Speech recognition: RTF and WER of every exported variant vs faster-whisper int8 and PyTorch Whisper.
 
 All engines transcribe the same synthesized smart-speaker commands (espeak-ng and
-our Piper voice, 1-4 s each) with the same thread count, greedy and without
-timestamps. `ratio` = our default variant's time / faster-whisper int8's time on
-the same CTranslate2 weights; `torch_ratio` = ours / openai-whisper fp32 (the
-exporter's PyTorch reference). The references pad every input to 30 s, as Whisper
+our Piper voice, 1-4 s each) with the same thread count, without timestamps,
+greedy unless `asr.beam_size` asks ours and faster-whisper for a beam. `ratio` =
+our default variant's time / faster-whisper int8's time on the same CTranslate2
+weights; `torch_ratio` = ours / openai-whisper fp32 (the exporter's PyTorch
+reference). The references pad every input to 30 s, as Whisper
 does (their real behaviour); ours uses `asr.padding`. `goals` says which of the
 issue's targets this run meets (GOALS); the ratio goal counts only at a WER no
 worse than faster-whisper's. Both references come with the `dev`/`export`
@@ -18,6 +19,7 @@ VAD + ASR + the local voice loaded.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import subprocess
@@ -97,12 +99,13 @@ def measure(engines: dict[str, Transcribe], clips: list[Clip], audio: list[Sampl
 class _Ours:
     """Our runtime as a `Transcribe`, keeping each call's time per stage and decoder steps."""
 
-    def __init__(self, model: WhisperOnnx, padding: Padding, max_tokens: int) -> None:
-        self.model, self.padding, self.max_tokens = model, padding, max_tokens
+    def __init__(self, model: WhisperOnnx, padding: Padding, max_tokens: int, beam_size: int = 1) -> None:
+        self.model, self.padding, self.max_tokens, self.beam_size = model, padding, max_tokens, beam_size
         self.calls: list[tuple[float, float, float, int]] = []
 
     def __call__(self, audio: Samples) -> str:
-        result = self.model.recognize(audio, self.padding, max_tokens=self.max_tokens)
+        result = self.model.recognize(audio, self.padding, max_tokens=self.max_tokens,
+                                      beam_size=self.beam_size)
         t = result.timings
         self.calls.append((t.features, t.encoder, t.decoder, len(result.tokens) + 1))
         return result.text
@@ -138,7 +141,7 @@ def _source_dir(ctx: Context, manifest_source: Any) -> Path | None:
     return None
 
 
-def _faster_whisper(ct2_dir: Path, threads: int) -> Transcribe | None:
+def _faster_whisper(ct2_dir: Path, threads: int, beam_size: int = 1) -> Transcribe | None:
     try:
         from faster_whisper import WhisperModel
     except ImportError:
@@ -146,7 +149,7 @@ def _faster_whisper(ct2_dir: Path, threads: int) -> Transcribe | None:
     model = WhisperModel(str(ct2_dir), device="cpu", compute_type="int8", cpu_threads=threads)
 
     def run(audio: Samples) -> str:
-        segments, _ = model.transcribe(audio, language="en", beam_size=1, best_of=1, temperature=0.0,
+        segments, _ = model.transcribe(audio, language="en", beam_size=beam_size, best_of=1, temperature=0.0,
                                        without_timestamps=True, condition_on_previous_text=False,
                                        vad_filter=False)
         return " ".join(s.text.strip() for s in segments).strip()
@@ -154,15 +157,18 @@ def _faster_whisper(ct2_dir: Path, threads: int) -> Transcribe | None:
     return run
 
 
-def references(entries: Iterable[EntryPoint] | None = None,
+def references(entries: Iterable[EntryPoint] | None = None, beam_size: int = 1,
                ) -> dict[str, Callable[[Path, int], Transcribe | None]]:
     """Reference engines by name: faster-whisper, and those other packages offer (REFERENCE_GROUP).
+
+    faster-whisper decodes with our `beam_size` (`asr.beam_size`); the others greedily.
 
     The PyTorch reference lives with the exporter, which the runtime must not import: it
     comes in through the entry point group, and is absent where the `export` extra is not
     installed (loading it fails for want of torch).
     """
-    found: dict[str, Callable[[Path, int], Transcribe | None]] = {"faster-whisper-int8": _faster_whisper}
+    found: dict[str, Callable[[Path, int], Transcribe | None]] = {
+        "faster-whisper-int8": functools.partial(_faster_whisper, beam_size=beam_size)}
     for entry in entry_points(group=REFERENCE_GROUP) if entries is None else entries:
         try:
             found[entry.name] = entry.load()
@@ -280,15 +286,17 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     default_model: WhisperOnnx | None = None
     for variant in wanted:
         model = WhisperOnnx.load(export_dir, variant, asr.threads, decoder_threads=asr.decoder_threads)
-        engines[f"ours-{variant}"] = ours_engines[variant] = _Ours(model, padding, asr.max_tokens)
+        ours_engines[variant] = _Ours(model, padding, asr.max_tokens, asr.beam_size)
+        engines[f"ours-{variant}"] = ours_engines[variant]
         files = manifest.variants[variant]
         sizes[variant] = sum((export_dir / f).stat().st_size for f in (files.encoder, files.decoder)) / 1e6
         if variant == default:
             default_model = model
-            engines[f"ours-{variant}-full30s"] = _Ours(model, Padding("full"), asr.max_tokens)
+            engines[f"ours-{variant}-full30s"] = _Ours(model, Padding("full"), asr.max_tokens,
+                                                               asr.beam_size)
     ct2_dir = None if args.no_reference else _source_dir(ctx, manifest.source)
     if ct2_dir is not None:
-        for name, make in references().items():
+        for name, make in references(beam_size=asr.beam_size).items():
             fn = make(ct2_dir, asr.threads)
             if fn is not None:
                 engines[name] = fn

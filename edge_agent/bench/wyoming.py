@@ -12,7 +12,8 @@ The peers run from their own virtual environment (wyoming-piper pulls piper-tts,
 GPL-3.0, which edge-speech never imports), built on first use with pip from PyPI:
 wyoming-piper 2.5.2 on our voice's files, wyoming-faster-whisper 3.8.1 on the
 CTranslate2 tiny.en weights our catalog fetches, int8, 2 threads, its own beam size
-(5 on x86_64, 1 on ARM, where our devices run; `--peer-beam-size` sets it).
+(5 on x86_64, 1 on ARM, where our devices run; `--peer-beam-size` sets it). Ours
+decodes with `asr.beam_size` (`--set asr.beam_size=5` for a beam like the peer's).
 """
 
 from __future__ import annotations
@@ -303,7 +304,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             server.close()
     result = {"subject": "wyoming", "machine": machine(), "load": os.getloadavg()[0],
               "repeats": args.repeats, "clips": len(clips), "word_ms": args.word_ms,
-              "peer_beam_size": args.peer_beam_size, **measured,
+              "beam_size": settings.asr.beam_size, "peer_beam_size": args.peer_beam_size, **measured,
               "ratios": ratios(measured)}
     result["goals"] = {k: v <= GOAL for k, v in result["ratios"].items() if k != "wer_delta"}
     if "wer_delta" in result["ratios"]:

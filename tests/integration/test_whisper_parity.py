@@ -60,3 +60,22 @@ def test_prompt_and_suppression_come_from_the_manifest(fp32, reference):
     assert fp32.prompt("en") == list(sp.sot_sequence)
     assert set(sp.suppress_tokens) <= set(fp32._suppress.tolist())
     assert set(sp.begin_suppress_tokens) == set(fp32._blank.tolist())
+
+
+def test_beam_search_equals_openai_whispers_on_the_test_clips(fp32, reference, espeak_clips, piper_clips):
+    import torch
+    import whisper
+
+    from exporters.whisper.reference import log_mel
+
+    options = whisper.DecodingOptions(language="en", beam_size=5, without_timestamps=True, fp16=False,
+                                      sample_len=MAX_TOKENS)
+    for clip in espeak_clips[:4] + piper_clips[:4]:
+        audio = clip.audio()
+        mel = log_mel(audio, 80, N_FRAMES)
+        with torch.inference_mode():
+            theirs = whisper.decode(reference.model, torch.from_numpy(mel), options)
+        cross_k, cross_v = fp32.encode(fp32.features(audio, N_FRAMES))
+        tokens, _, _ = fp32.decode_beam(cross_k, cross_v, fp32.prompt("en"), MAX_TOKENS, beam_size=5)
+        assert fp32.tokenizer.decode(tokens).strip() == theirs.text, clip.text
+        assert tuple(tokens) == tuple(theirs.tokens), clip.text
