@@ -328,6 +328,8 @@ class Daemon:
             if error is not None:
                 doc["journal_error"] = error  # announcements wait in the broker until it clears
             doc["listen"] = self.listening
+            if self.satellite is not None:
+                doc["satellite"] = self.satellite.status()
         return Message.json(self.topics.status, doc, qos=1, retain=True, coalesce=True)
 
     def _journal_error(self, error: str | None) -> None:
@@ -496,7 +498,8 @@ class Daemon:
             waking = self.settings.listen.mode == "wake" and self.settings.daemon.listen
             satellite = SatelliteService(self.settings, self.announcements, self._end_streamed_turn,
                                          list(self.settings.wake.models) if waking else [],
-                                         on_transcript=self._on_remote_transcript)
+                                         on_transcript=self._on_remote_transcript,
+                                         on_change=lambda: self._publish(self._status_message("online")))
         service = WyomingService(self.settings, lambda: self.synth, transcriber, wake, satellite)
         try:
             await service.start()

@@ -93,13 +93,16 @@ class SatelliteService:
     """The device as Home Assistant's satellite: at most one controller at a time."""
 
     def __init__(self, settings: Settings, announcer: Announcer, end_turn: Callable[[str], None],
-                 wake_words: Sequence[str] = (), on_transcript: Heard | None = None) -> None:
+                 wake_words: Sequence[str] = (), *, on_transcript: Heard | None = None,
+                 on_change: Callable[[], None] | None = None) -> None:
         self.settings = settings
         self.announcer = announcer
         self.end_hearing_turn = end_turn
         """Ends the hearing loop's streamed turn (any thread)."""
         self.on_transcript = on_transcript
         """Told Home Assistant's transcript of a turn (the daemon publishes it like its own)."""
+        self.on_change = on_change
+        """Told when a controller comes or goes (the daemon republishes its status)."""
         self.wake_words = list(wake_words)
         self.controller: SatelliteSession | None = None
         self.turn: _Turn | None = None
@@ -120,6 +123,12 @@ class SatelliteService:
 
     def close(self) -> None:
         self._forget()
+
+    def status(self) -> dict[str, Any]:
+        """For the device status: whether Home Assistant runs the satellite, and from where."""
+        controller = self.controller
+        running = controller is not None and controller.running
+        return {"connected": running, "peer": controller.peer if running and controller else None}
 
     @property
     def streaming(self) -> bool:
@@ -166,6 +175,7 @@ class SatelliteService:
         if old is not None and old is not session:
             old.running = False
             log.info("Home Assistant's satellite connection replaced by a newer one")
+        self._changed()
 
     def detach(self, session: SatelliteSession) -> None:
         if self.controller is not session:
@@ -176,6 +186,15 @@ class SatelliteService:
         if turn is not None and turn.streaming:
             turn.streaming = False
             self.end_hearing_turn(turn.conversation_id)
+        log.info("Home Assistant no longer runs this satellite")
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            try:
+                self.on_change()
+            except Exception:  # a status that cannot be published must not break the connection
+                log.exception("satellite status change not published")
 
     def heard(self, session: SatelliteSession, text: str | None) -> None:
         """Home Assistant has the command (`transcript`) or gave up on the turn (`error`)."""

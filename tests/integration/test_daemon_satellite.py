@@ -196,6 +196,17 @@ def test_a_whole_turn_and_an_announcement_as_home_assistant_runs_them(
     done = satellite["watcher"].wait("edge/dev1/announce/status",
                                      lambda d: d["state"] == "done" and d["id"].startswith("ha-answer"))
     assert done[0]["conversation_id"] == wake["conversation_id"]
+    # The device status said who ran the satellite, and that nobody does after the pause.
+    watcher = satellite["watcher"]
+    statuses = watcher.wait("edge/dev1/status", lambda d: d.get("satellite", {}).get("connected"))
+    assert statuses[-1]["satellite"]["peer"].startswith("127.0.0.1:")
+
+    def released_after_running() -> bool:
+        seen = [d.get("satellite") for d in watcher.find("edge/dev1/status")]
+        first = next((i for i, d in enumerate(seen) if d and d["connected"]), None)
+        return first is not None and {"connected": False, "peer": None} in seen[first + 1:]
+
+    wait_until(released_after_running, what="the status after pause-satellite")
     # Home Assistant's transcript is published like the device's own (the last-transcript sensor).
     heard = satellite["watcher"].wait("edge/dev1/transcript")
     assert heard[0]["text"] == got["heard"] and heard[0]["source"] == "home-assistant"
