@@ -16,6 +16,7 @@ from edge_agent.models import ModelStore
 from edge_agent.runtime import make_session
 from edge_agent.tts.windowed import FIRST_FRAMES, Vocoder, VocoderInfo, plan_windows
 from exporters.cli import main
+from exporters.quantize import quantize
 from exporters.vocoder.hifigan import CODE, CODE_SOURCE, Config, build_generator, inference_form
 from exporters.vocoder.onnx_export import export_generator, export_windowed
 from exporters.vocoder.pipeline import vocode_pytorch
@@ -74,6 +75,22 @@ def test_windows_decode_to_the_same_samples_as_the_whole_graph(tiny: Any) -> Non
         pieces = np.concatenate([vocoder.decode(mel, a, b) for a, b in windows])
         assert pieces.shape == expected.shape
         assert np.abs(pieces - expected).max() < 1e-5
+
+
+def test_fp16_windows_read_the_mel_and_write_the_audio_in_float32(tiny: Any, tmp_path: Path) -> None:
+    # The windowed graph opens with an Unsqueeze and ends with a Reshape: if float16 reached
+    # them, onnxruntime would round the mel itself (the whole graph's Conv runs it in float32).
+    _, whole, windowed, info = tiny
+    for path in (whole, windowed):
+        quantize(path, tmp_path / path.name, "fp16")
+    nodes = {n.name: n for n in onnx.load(str(tmp_path / windowed.name)).graph.node}
+    assert nodes["vits/to4d"].input[0] == "mel" and nodes["vits/flatten"].output[0] == "audio"
+    mel = np.random.default_rng(2).uniform(-11.5, 1, (1, 80, 60)).astype(np.float32)
+    reference = make_session(whole, 1).run(None, {"mel": mel})[0].reshape(-1)
+    got_whole = make_session(tmp_path / whole.name, 1).run(None, {"mel": mel})[0].reshape(-1)
+    got_windows = Vocoder(make_session(tmp_path / windowed.name, 1, shapes_vary=True), info).decode(mel)
+    whole_diff = np.abs(got_whole - reference).max()
+    assert 0 < np.abs(got_windows - reference).max() < 2 * whole_diff
 
 
 def _checkpoint_dir(tmp_path: Path, data: bytes, config: dict[str, Any] | None = TINY) -> Path:
