@@ -14,6 +14,13 @@ wyoming-piper 2.5.2 on our voice's files, wyoming-faster-whisper 3.8.1 on the
 CTranslate2 tiny.en weights our catalog fetches, int8, 2 threads, its own beam size
 (5 on x86_64, 1 on ARM, where our devices run; `--peer-beam-size` sets it). Ours
 decodes with `asr.beam_size` (`--set asr.beam_size=5` for a beam like the peer's).
+
+`--wyoming-bench` also runs wyoming-bench (PyPI, MIT; installed into the peers'
+environment), an independent benchmark of Wyoming servers, on the same running
+servers: its TTS run (its own texts, plain and streamed) on ours and
+wyoming-piper, its STT run on ours and wyoming-faster-whisper over the bench's
+clips as its corpus. Its summary tables are printed as it prints them (and kept
+in the JSON), so its own definitions of TTFT, RTF and WER apply to them.
 """
 
 from __future__ import annotations
@@ -22,8 +29,10 @@ import argparse
 import asyncio
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,6 +56,8 @@ from edge_agent.text.wer import wer
 from edge_agent.tts.registry import VoiceRegistry
 
 PEERS = ("wyoming-piper==2.5.2", "wyoming-faster-whisper==3.8.1")
+WYOMING_BENCH = "wyoming-bench==2026.10.0"
+WYOMING_BENCH_TIMEOUT_S = 3600.0
 GOAL = 0.5
 """Ours at most half the community server's time on each figure, at equal or better WER."""
 ANSWER = (
@@ -67,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-peers", action="store_true", help="only our server")
     parser.add_argument("--peer-beam-size", type=int, default=0,
                         help="wyoming-faster-whisper's beam (0: its own choice, 5 on x86_64 and 1 on ARM)")
+    parser.add_argument("--wyoming-bench", action="store_true",
+                        help=f"also run {WYOMING_BENCH} (PyPI) on the same servers and print its summaries")
+    parser.add_argument("--wyoming-bench-rounds", type=int, default=3, help="wyoming-bench's --rounds")
 
 
 @dataclass
@@ -299,6 +313,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     servers = _start(ctx, args, _free_ports(2))
     try:
         measured = asyncio.run(_measure(servers, args, clips, settings.tts.voice))
+        if args.wyoming_bench and not args.no_peers:
+            measured["wyoming_bench"] = wyoming_bench(peers_python(ctx, args), servers, clips,
+                                                      args.wyoming_bench_rounds)
     finally:
         for server in servers.values():
             server.close()
@@ -339,4 +356,50 @@ def lines(r: dict[str, Any]) -> list[str]:
     for key, value in r["ratios"].items():
         goal = "" if key == "wer_delta" else f"  (goal <= {GOAL}: {'met' if value <= GOAL else 'missed'})"
         out.append(f"  {key:28s} {value:.3f}{goal}")
+    for kind, summary in r.get("wyoming_bench", {}).items():
+        out.append(f"wyoming-bench {kind} (its summary):")
+        out += [f"  {line}" for line in summary.splitlines()]
     return out
+
+
+def wyoming_bench(python: Path, servers: dict[str, Server], clips: Sequence[Clip],
+                  rounds: int) -> dict[str, str]:
+    """wyoming-bench's TTS and STT summaries for the running servers (installed on first use)."""
+    tool = python.parent / "wyoming-bench"
+    if not tool.exists():
+        print(f"installing {WYOMING_BENCH} into the peers' environment ...", flush=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", WYOMING_BENCH], check=True)
+    address = {name: f"127.0.0.1:{server.port}" for name, server in servers.items()}
+    common = ["--rounds", str(rounds), "--warmup", "1"]
+    with tempfile.TemporaryDirectory(prefix="wyoming-bench-corpus-") as corpus:
+        for n, clip in enumerate(clips):  # its corpus layout: data_NN.wav beside data_NN.txt
+            shutil.copy(clip.path, Path(corpus) / f"data_{n:02d}.wav")
+            (Path(corpus) / f"data_{n:02d}.txt").write_text(clip.text + "\n", encoding="utf-8")
+        runs = {"tts": [str(tool), "tts", address["ours"], address["wyoming-piper"], *common],
+                "stt": [str(tool), "stt", address["ours"], address["wyoming-faster-whisper"],
+                        "--corpus", corpus, *common]}
+        return {kind: summary(_run_tool(argv)) for kind, argv in runs.items()}
+
+
+def _run_tool(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=WYOMING_BENCH_TIMEOUT_S,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"wyoming-bench did not finish within {WYOMING_BENCH_TIMEOUT_S:g} s") from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise UsageError(f"wyoming-bench failed (exit {done.returncode}): {' / '.join(tail)}")
+    return done.stdout
+
+
+def summary(report: str) -> str:
+    """The part of a wyoming-bench report after its 'Summary' heading (the whole report if none)."""
+    lines = report.splitlines()
+    for n, line in enumerate(lines):
+        if line.startswith("Summary"):
+            rest = lines[n + 1:]
+            while rest and (not rest[0].strip() or set(rest[0].strip()) == {"="}):
+                rest = rest[1:]
+            return "\n".join(rest).rstrip()
+    return report.rstrip()
