@@ -96,6 +96,11 @@ class TtsSettings:
     """Silence inserted between sentences."""
     length_scale: float | None = None
     """Speaking rate override (larger is slower); None uses the voice's own."""
+    noise_scale: float | None = None
+    """Piper: how much each take of the voice varies (piper's `--noise-scale`); None uses the voice's
+    own, 0 (with `noise_w` 0) makes every take of a text the same samples."""
+    noise_w: float | None = None
+    """Piper: how much phoneme lengths vary between takes (piper's `--noise-w`); None uses the voice's own."""
     stream_vocoder: bool = True
     """Split Piper voices at the latent and decode the vocoder in windows (first audio sooner)."""
 
@@ -106,6 +111,9 @@ class TtsSettings:
             raise ValueError("idle_unload_s and sentence_silence_s must not be negative")
         if self.length_scale is not None and not 0.2 <= self.length_scale <= 5.0:
             raise ValueError(f"length_scale: {self.length_scale} is outside 0.2..5")
+        for name, scale in (("noise_scale", self.noise_scale), ("noise_w", self.noise_w)):
+            if scale is not None and not 0.0 <= scale <= 2.0:
+                raise ValueError(f"{name}: {scale} is outside 0..2")
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,8 @@ def test_value_checks_name_their_path(tmp_path):
         load_settings(write(tmp_path, "audio:\n  output: speaker\n"))
     with pytest.raises(ConfigError, match=r"^mqtt\.broker: 'http://x:1': scheme must be"):
         load_settings(write(tmp_path, "mqtt:\n  broker: http://x:1\n"))
+    with pytest.raises(ConfigError, match=r"^tts\.noise_w: -0.5 is outside 0\.\.2"):
+        load_settings(write(tmp_path, "tts:\n  noise_w: -0.5\n"))
 
 
 def test_unknown_voice_is_reported_with_the_known_ones(tmp_path):

@@ -94,7 +94,8 @@ class PiperVoice:
     """
 
     def __init__(self, voice_id: str, session: Any, config: PiperConfig, length_scale: float | None = None,
-                 *, vocoder: Vocoder | None = None, front: Callable[[], Any] | None = None, workers: int = 1,
+                 *, noise_scale: float | None = None, noise_w: float | None = None,
+                 vocoder: Vocoder | None = None, front: Callable[[], Any] | None = None, workers: int = 1,
                  weights: Any = None) -> None:
         self.id = voice_id
         self.sample_rate = config.sample_rate
@@ -111,25 +112,34 @@ class PiperVoice:
         self._workers = max(1, workers)
         if vocoder is not None:
             self._pool = PriorityPool(self._workers, f"tts-{voice_id}")
+        # The graph draws its noise unseeded: with either scale above 0 no two takes are alike.
         self._scales = np.array(
-            [config.noise_scale, length_scale or config.length_scale, config.noise_w],
+            [config.noise_scale if noise_scale is None else noise_scale, length_scale or config.length_scale,
+             config.noise_w if noise_w is None else noise_w],
             dtype=np.float32,
         )
 
     @staticmethod
     def load(voice_id: str, model: Path, config: Path | None = None, *, threads: int = 2,
-             length_scale: float | None = None, prepared_dir: Path | None = None,
+             length_scale: float | None = None, noise_scale: float | None = None,
+             noise_w: float | None = None, prepared_dir: Path | None = None,
              accel: Accelerator = CPU) -> PiperVoice:
-        """Load a voice; with `prepared_dir`, split it there (once) and stream its vocoder."""
+        """Load a voice; with `prepared_dir`, split it there (once) and stream its vocoder.
+        A scale left None is the voice's own (its `.onnx.json`)."""
         cfg = PiperConfig.load(config or model.with_name(model.name + ".json"))
         if prepared_dir is not None:
             split = _load_split(model, prepared_dir, threads, accel, cfg)
             if split is not None:
                 lead, front, vocoder, weights = split
-                return PiperVoice(voice_id, lead, cfg, length_scale, vocoder=vocoder, front=front,
-                                  workers=threads, weights=weights)
+                return PiperVoice(voice_id, lead, cfg, length_scale, noise_scale=noise_scale, noise_w=noise_w,
+                                  vocoder=vocoder, front=front, workers=threads, weights=weights)
         return PiperVoice(voice_id, make_session(model, threads, accel=accel, profile=_front_profile(cfg)),
-                          cfg, length_scale)
+                          cfg, length_scale, noise_scale=noise_scale, noise_w=noise_w)
+
+    @property
+    def noiseless(self) -> bool:
+        """True when neither noise scale is above 0: every take of a text is the same samples."""
+        return bool(self._scales[0] == 0 and self._scales[2] == 0)
 
     @property
     def streaming(self) -> bool:

@@ -107,5 +107,6 @@ class VoiceRegistry:
         return PiperVoice.load(
             voice_id, files.path(model.name), files.path(f"{model.name}.json"),
             threads=self._settings.threads, length_scale=self._settings.length_scale,
+            noise_scale=self._settings.noise_scale, noise_w=self._settings.noise_w,
             prepared_dir=prepared, accel=self.accel,
         )

@@ -40,6 +40,14 @@ def test_zero_idle_time_keeps_voices_loaded(store):
     assert registry.unload_idle() == []
 
 
+def test_noise_settings_reach_the_voice_and_default_to_its_own(store):
+    noisy = VoiceRegistry(store, TtsSettings()).get("en_US-joe-medium")
+    quiet = VoiceRegistry(store, TtsSettings(noise_scale=0.0, noise_w=0.0)).get("en_US-joe-medium")
+    assert not noisy.noiseless and quiet.noiseless
+    noisy.close()
+    quiet.close()
+
+
 def test_non_voice_and_unavailable_runtime_are_model_errors(store):
     registry = VoiceRegistry(store, TtsSettings())
     with pytest.raises(ModelError, match="is a vad model, not a voice"):
