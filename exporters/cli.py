@@ -121,7 +121,7 @@ def run_whisper(args: argparse.Namespace) -> int:
         progress(f"{out}: up to date (same source sha256 and variants); --force re-exports")
         manifest = read_manifest(out)
     else:
-        clips = clip_set(store, threads=args.threads)
+        clips = clip_set(store)
         manifest = export_whisper(source, out, clips, options, progress)
     print(variant_table(manifest))
     print(out)
@@ -150,7 +150,7 @@ def run_vocoder(args: argparse.Namespace) -> int:
             generator, config = load_generator(source)  # a bad checkpoint fails before anything else
         asr_dir = args.asr or store.cache_dir / "exported" / "whisper-tiny.en"
         transcribe, asr = asr_for_round_trip(asr_dir, args.threads)
-        clips = clip_set(store, threads=args.threads)
+        clips = clip_set(store)
         manifest = export_vocoder(source, out, clips, generator=generator, config=config,
                                   transcribe=transcribe, asr=asr, options=options, progress=progress)
     print(vocoder_table(manifest))

@@ -66,11 +66,12 @@ def espeak_clips(clip_cache: Path) -> list[Clip]:
 
 @pytest.fixture(scope="session")
 def piper_voice(shared_cache: Path):
+    from edge_agent.bench.clips import clip_settings
     from edge_agent.config import TtsSettings
     from edge_agent.models import ModelStore, load_catalog
     from edge_agent.tts.registry import VoiceRegistry
 
-    registry = VoiceRegistry(ModelStore(shared_cache, load_catalog()), TtsSettings(threads=2))
+    registry = VoiceRegistry(ModelStore(shared_cache, load_catalog()), clip_settings(TtsSettings(threads=2)))
     yield registry.get("en_US-joe-medium")
     registry.close()
 

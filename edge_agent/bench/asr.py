@@ -36,7 +36,7 @@ from edge_agent.asr.listener import Listener, Transcriber
 from edge_agent.asr.manifest import load_manifest
 from edge_agent.asr.whisper import Padding, WhisperOnnx, resolve_export_dir
 from edge_agent.audio.frames import Samples
-from edge_agent.bench.clips import COMMANDS, ENGINES, Clip, clips_dir, make_clips
+from edge_agent.bench.clips import COMMANDS, ENGINES, Clip, clip_settings, clips_dir, make_clips
 from edge_agent.bench.report import emit, machine, median, percentile
 from edge_agent.commands.context import Context
 from edge_agent.errors import ModelError, UsageError
@@ -262,7 +262,7 @@ def _clips(ctx: Context, args: argparse.Namespace) -> list[Clip]:
     count = max(1, min(args.clips, len(COMMANDS)))
     voice = None
     if "piper" in voices:
-        voice = VoiceRegistry(ctx.store, ctx.settings.tts).get(ctx.settings.tts.voice)
+        voice = VoiceRegistry(ctx.store, clip_settings(ctx.settings.tts)).get(ctx.settings.tts.voice)
     return make_clips(clips_dir(ctx.settings.models.cache_dir), COMMANDS[:count], voices, voice)
 
 

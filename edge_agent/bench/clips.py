@@ -3,7 +3,8 @@
 No recordings ship with the project. `bench asr`, the exporter (`edge-export whisper`) and the
 tests all draw from one set, smart-speaker commands and one paragraph, synthesized once and kept
 in `<models.cache_dir>/clips/` keyed by engine, voice and text: a clip is never regenerated, so
-every later run, and every consumer, measures the very same audio.
+every later run, and every consumer, measures the very same audio. Both engines are deterministic
+(Piper with its voice's noise off, `clip_settings`), so every machine makes the same samples too.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from edge_agent.audio.wav import read_wav
 from edge_agent.config import TtsSettings
 from edge_agent.errors import AudioError, UsageError
 from edge_agent.models import ModelStore
+from edge_agent.tts.piper import PiperVoice
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Voice, synthesize
 
@@ -59,6 +61,12 @@ ESPEAK_VOICE = "en-us"
 PIPER_VOICE = "en_US-joe-medium"
 RATE = 16000
 """Hertz of `Clip.audio()`, what the VAD and Whisper read."""
+PIPER_TAKE = "noiseless"
+"""In a Piper clip's key: clips made before the noise was turned off were one random take each
+(a different one on every machine) and are not reused."""
+CLIP_THREADS = 2
+"""Cores a Piper clip is made with, whatever `tts.threads` says: they set how the vocoder is cut
+into windows, and one core instead of two changes a few samples by one step."""
 
 EXPORT_SET: tuple[tuple[str, str], ...] = (
     *((text, ENGINES[i % 2]) for i, text in enumerate(COMMANDS[:6])),
@@ -129,18 +137,30 @@ def espeak_clip(text: str, directory: Path, voice: str = ESPEAK_VOICE, wpm: int 
     return path
 
 
+def clip_settings(tts: TtsSettings) -> TtsSettings:
+    """`tts` as clips need it: no noise, the voice's own speaking rate, always the same windows.
+    A Piper graph draws its noise unseeded (the same text made twice differed by 1024 samples),
+    so a noisy clip would be one random take per machine; without noise Whisper hears the
+    commands as well, and a clip is the same bytes on every machine with the same onnxruntime."""
+    return replace(tts, length_scale=None, noise_scale=0.0, noise_w=0.0, threads=CLIP_THREADS,
+                   stream_vocoder=True)
+
+
 def _piper_path(directory: Path, voice_id: str, text: str, speaker: str = "") -> Path:
     if speaker:  # the style packs of one model are told apart by speaker
         return directory / _name("voice", f"{voice_id}:{speaker}", text)
-    return directory / _name("piper", voice_id, text)
+    return directory / _name("piper", f"{voice_id}@{PIPER_TAKE}", text)
 
 
 def piper_clip(text: str, directory: Path, voice: Voice, speaker: str = "") -> Path:
     """`text` spoken by a loaded voice (`edge_agent.tts`; `speaker` names a style pack of a
-    multi-speaker model), cached in `directory`."""
+    multi-speaker model), cached in `directory`. A Piper voice must be loaded with `clip_settings`."""
     path = _piper_path(directory, voice.id, text, speaker)
     if path.is_file():
         return path
+    if isinstance(voice, PiperVoice) and not voice.noiseless:
+        raise UsageError(f"voice {voice.id}: clips need its noise off (load it with clip_settings), "
+                         "or every machine would make a different clip")
     directory.mkdir(parents=True, exist_ok=True)
     chunks = [c.samples for c in synthesize(voice, text)]
     sink = WavSink(path, voice.sample_rate)
@@ -174,13 +194,12 @@ def make_set(directory: Path, specs: Sequence[tuple[str, str]], piper_voice: Voi
     return clips
 
 
-def clip_set(store: ModelStore, specs: Sequence[tuple[str, str]] = EXPORT_SET, threads: int = 2,
-             ) -> list[Clip]:
+def clip_set(store: ModelStore, specs: Sequence[tuple[str, str]] = EXPORT_SET) -> list[Clip]:
     """`specs` made into `<store.cache_dir>/clips`; the Piper voice is loaded only to make a missing clip."""
     directory = clips_dir(store.cache_dir)
     if all(e != "piper" or _piper_path(directory, PIPER_VOICE, t).is_file() for t, e in specs):
         return make_set(directory, specs)
-    registry = VoiceRegistry(store, TtsSettings(voice=PIPER_VOICE, threads=threads))
+    registry = VoiceRegistry(store, clip_settings(TtsSettings(voice=PIPER_VOICE)))
     try:
         return make_set(directory, specs, registry.get(PIPER_VOICE))
     finally:

@@ -36,7 +36,7 @@ from edge_agent.asr.listener import Transcriber, Transcribing
 from edge_agent.asr.whisper import WhisperOnnx
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.sinks import WavSink
-from edge_agent.bench.clips import clips_dir, espeak_clip, load_16k, piper_clip
+from edge_agent.bench.clips import clip_settings, clips_dir, espeak_clip, load_16k, piper_clip
 from edge_agent.bench.report import emit, machine, median, percentile
 from edge_agent.commands.context import Context
 from edge_agent.config import WAKE_BUILTIN, ListenSettings, WakeSettings
@@ -192,7 +192,7 @@ class Voices:
 
     def __init__(self, ctx: Context, kokoro: bool) -> None:
         self.dir = clips_dir(ctx.settings.models.cache_dir) / "wake"
-        registry = VoiceRegistry(ctx.store, ctx.settings.tts)
+        registry = VoiceRegistry(ctx.store, clip_settings(ctx.settings.tts))
         registry.register_runtime("kokoro", kokoro_runtime.loader(ctx.store, speaker=KOKORO_SPEAKERS[0],
                                                                   threads=2))
         self.piper = registry.get(ctx.settings.tts.voice)

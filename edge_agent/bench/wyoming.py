@@ -47,7 +47,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 
 from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.audio.wav import to_pcm16
-from edge_agent.bench.clips import COMMANDS, Clip, clips_dir, make_clips
+from edge_agent.bench.clips import COMMANDS, Clip, clip_settings, clips_dir, make_clips
 from edge_agent.bench.report import emit, machine, median
 from edge_agent.bench.tts import TEXTS
 from edge_agent.commands.context import Context
@@ -306,7 +306,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     settings = ctx.settings
     if not (resolve_export_dir(settings.asr, settings.models) / "manifest.json").is_file():
         raise UsageError("no Whisper export for asr.model (run `edge-export whisper` or set asr.model)")
-    voice = VoiceRegistry(ctx.store, settings.tts).get(settings.tts.voice)
+    voice = VoiceRegistry(ctx.store, clip_settings(settings.tts)).get(settings.tts.voice)
     count = max(1, min(args.clips, len(COMMANDS)))
     clips = make_clips(clips_dir(settings.models.cache_dir), COMMANDS[:count], ["piper", "espeak"], voice)
     voice.close()

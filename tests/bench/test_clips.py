@@ -7,8 +7,20 @@ import pytest
 
 from edge_agent.audio.wav import WavWriter
 from edge_agent.bench import clips as clip_mod
-from edge_agent.bench.clips import COMMANDS, EXPORT_SET, PARAGRAPH, PIPER_VOICE, clips_dir, make_set
+from edge_agent.bench.clips import (
+    COMMANDS,
+    EXPORT_SET,
+    PARAGRAPH,
+    PIPER_VOICE,
+    clip_settings,
+    clips_dir,
+    make_set,
+    piper_clip,
+)
+from edge_agent.config import TtsSettings
 from edge_agent.errors import UsageError
+from edge_agent.models import ModelStore, load_catalog
+from edge_agent.tts.registry import VoiceRegistry
 
 
 def test_the_exporter_measures_on_commands_of_the_bench_set_three_per_voice_and_the_paragraph():
@@ -39,3 +51,23 @@ def test_a_missing_piper_clip_needs_a_voice_and_a_made_one_does_not(tmp_path: Pa
 def test_an_unknown_engine_is_a_usage_error(tmp_path: Path):
     with pytest.raises(UsageError, match="unknown clip engine 'festival'"):
         make_set(tmp_path, [("Hello.", "festival")])
+
+
+def test_a_piper_clip_is_the_same_samples_from_every_load_of_the_voice_and_a_noisy_voice_makes_none(
+        tmp_path: Path, shared_cache: Path):
+    store = ModelStore(shared_cache, load_catalog())
+    text = "Lock the front door."
+    made = []
+    for take in ("a", "b"):  # a fresh voice each time, as on another machine
+        registry = VoiceRegistry(store, clip_settings(TtsSettings(threads=2)))
+        try:
+            made.append(piper_clip(text, tmp_path / take, registry.get(PIPER_VOICE)).read_bytes())
+        finally:
+            registry.close()
+    assert made[0] == made[1]
+    registry = VoiceRegistry(store, TtsSettings(threads=2))
+    try:
+        with pytest.raises(UsageError, match="clips need its noise off"):
+            piper_clip(text, tmp_path / "noisy", registry.get(PIPER_VOICE))
+    finally:
+        registry.close()
