@@ -189,7 +189,11 @@ def test_a_whole_turn_and_an_announcement_as_home_assistant_runs_them(
     notices = list(out.glob("ha-announce-*.wav"))
     assert len(answers) == 1 and len(notices) == 1
     assert "kitchen lights are on" in spoken(whisper, answers[0])
-    assert "dinner is ready" in spoken(whisper, notices[0])
+    # The notice played is the one Home Assistant sent: heard as its clip is heard (tiny.en hears
+    # our clip of "Dinner is ready." as "Enter is ready."; this test measures the device, not tiny.en).
+    sent = whisper.recognize(resample(clip_22k(NOTICE, clip_cache, piper_voice), 22050, RATE),
+                             Padding.from_settings(AsrSettings())).text.lower()
+    assert "is ready" in sent and spoken(whisper, notices[0]) == sent
     wait_until(lambda: list(out.glob("ha-timer-*.wav")), what="the timer chime")
     # The answer went out as the answer to the wake word's turn, through the announcement queue.
     wake = satellite["watcher"].wait("edge/dev1/wake")[0]
