@@ -108,14 +108,16 @@ def test_a_notify_message_is_spoken_exactly_once_even_when_redelivered(
         producer.publish("edge/dev1/ha/notify", payload)
         producer.publish("edge/dev1/ha/notify", payload)  # the same message again (a redelivery)
         producer.publish("edge/dev1/ha/notify", b"Plain text works too.")
-        everything.wait("edge/dev1/announce/status",
-                        lambda d: d["id"] == "ha-1733200000-123456" and d.get("duplicate"))
         done = everything.wait("edge/dev1/announce/status", lambda d: d["state"] == "done", count=2)
+        # The redelivery came before the plain text on the one MQTT thread, so it has been handled.
+        # (Its `duplicate` status may never be published: the outbox keeps the newest status per id.)
+        duplicates = running.daemon.announcements.metrics.counter("announcements_duplicate")
     finally:
         running.stop()
+    assert duplicates == 1
     assert everything.statuses("dev1", "ha-1733200000-123456").count("done") == 1
     assert sum(d["id"] == "ha-1733200000-123456" for d in done) == 1
-    assert sorted(p.name for p in (tmp_path / "out").glob("*.wav"))[0] == "ha-1733200000-123456.wav"
+    assert (tmp_path / "out" / "ha-1733200000-123456.wav").is_file()
     assert len(list((tmp_path / "out").glob("ha-*.wav"))) == 2
 
 
@@ -164,7 +166,8 @@ def test_hermes_say_for_our_site_is_spoken_once_and_answered_with_say_finished(
         producer.publish("hermes/tts/say", say)  # redelivered: not spoken twice
         producer.publish("hermes/tts/say", {"text": "Not here.", "siteId": "garage", "id": "say-2"})
         finished = everything.wait("hermes/tts/sayFinished")
-        everything.wait("edge/dev1/announce/status", lambda d: d.get("duplicate"))
+        metrics = running.daemon.announcements.metrics  # (the outbox may coalesce the duplicate status)
+        wait_until(lambda: metrics.counter("announcements_duplicate") == 1, what="the redelivered say")
         running.daemon.announcements.last_spoke = float("-inf")  # past the echo guard after speaking
         running.daemon._on_event(Woke(Detection("okay_nabu", "Okay Nabu", 0.8, 0.97), "conv-1"))
         hotword = everything.wait("hermes/hotword/okay_nabu/detected")
