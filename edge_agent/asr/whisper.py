@@ -233,33 +233,43 @@ class WhisperOnnx:
         cross_k, cross_v = self._encoder.run(["cross_k", "cross_v"], {"mel": mel[None, :, :]})
         return cross_k, cross_v
 
+    def _step(self, step: int, tokens: npt.NDArray[np.int64], cache: tuple[Features, Features],
+              cross: tuple[Features, Features]) -> tuple[Features, float, tuple[Features, Features]]:
+        """One decoder call: the last position's logits with the suppressed tokens (and, at the
+        first step, blank) masked, the no-speech probability (meaningful at the first step only),
+        and the grown self-attention cache."""
+        (self_k, self_v), (cross_k, cross_v) = cache, cross
+        logits, self_k, self_v = self._decoder.run(
+            ["logits", "self_k_out", "self_v_out"],
+            {"tokens": tokens, "self_k_in": self_k, "self_v_in": self_v,
+             "cross_k": cross_k, "cross_v": cross_v, "offset": np.array(self_k.shape[2], dtype=np.int64)},
+        )
+        no_speech = 0.0
+        if step == 0 and self.tokens.no_speech is not None:
+            no_speech = float(_softmax(logits[0, 0].astype(np.float64))[self.tokens.no_speech])
+        # float32 throughout: a float64 copy of the 51k logits cost more than the rest of the step's numpy
+        last: Features = logits[0, -1].copy()
+        last[self._suppress] = -np.inf
+        if step == 0:
+            last[self._blank] = -np.inf
+        return last, no_speech, (self_k, self_v)
+
     def decode(self, cross_k: Features, cross_v: Features, prompt: list[int],
                max_tokens: int) -> tuple[list[int], float, float]:
         """Greedy decoding: (sampled tokens, no-speech probability, sum of log-probabilities)."""
         d = self.dims
         eot = self.tokens.eot
         shape = (d.n_text_layer, 1, 0, d.n_text_state)
-        self_k = np.zeros(shape, dtype=np.float32)
-        self_v = np.zeros(shape, dtype=np.float32)
+        cache = (np.zeros(shape, dtype=np.float32), np.zeros(shape, dtype=np.float32))
         step_input = np.array([prompt], dtype=np.int64)
         sampled: list[int] = []
         no_speech = 0.0
         sum_logprob = 0.0
         limit = min(max_tokens, d.n_text_ctx - len(prompt))
         for step in range(limit):
-            logits, self_k, self_v = self._decoder.run(
-                ["logits", "self_k_out", "self_v_out"],
-                {"tokens": step_input, "self_k_in": self_k, "self_v_in": self_v,
-                 "cross_k": cross_k, "cross_v": cross_v,
-                 "offset": np.array(self_k.shape[2], dtype=np.int64)},
-            )
-            if step == 0 and self.tokens.no_speech is not None:
-                no_speech = float(_softmax(logits[0, 0].astype(np.float64))[self.tokens.no_speech])
-            # float32 throughout: a float64 copy of the 51k logits cost more than the rest of the step's numpy
-            last = logits[0, -1].copy()
-            last[self._suppress] = -np.inf
+            last, step_no_speech, cache = self._step(step, step_input, cache, (cross_k, cross_v))
             if step == 0:
-                last[self._blank] = -np.inf
+                no_speech = step_no_speech
             token = int(np.argmax(last))
             sum_logprob += float(_log_softmax_at(last, token))
             if token == eot:
@@ -284,22 +294,13 @@ class WhisperOnnx:
         for step in range(limit):
             rows, states = [], []
             for hyp in beam.live:
-                self_k, self_v = hyp.state
                 fed = prompt if step == 0 else [hyp.tokens[-1]]
-                logits, self_k, self_v = self._decoder.run(
-                    ["logits", "self_k_out", "self_v_out"],
-                    {"tokens": np.array([fed], dtype=np.int64), "self_k_in": self_k, "self_v_in": self_v,
-                     "cross_k": cross_k, "cross_v": cross_v,
-                     "offset": np.array(self_k.shape[2], dtype=np.int64)},
-                )
-                if step == 0 and self.tokens.no_speech is not None:
-                    no_speech = float(_softmax(logits[0, 0].astype(np.float64))[self.tokens.no_speech])
-                last = logits[0, -1].copy()
-                last[self._suppress] = -np.inf
+                last, step_no_speech, cache = self._step(step, np.array([fed], dtype=np.int64), hyp.state,
+                                                         (cross_k, cross_v))
                 if step == 0:
-                    last[self._blank] = -np.inf
+                    no_speech = step_no_speech
                 rows.append(_log_softmax(last))
-                states.append((self_k, self_v))
+                states.append(cache)
             beam.advance(rows, states)
             if beam.done:
                 break
