@@ -15,17 +15,7 @@ from torch import nn
 
 from exporters.cli import main
 from exporters.torch_onnx import quiet
-
-
-def _fails_with(capsys: pytest.CaptureFixture[str], argv: list[str], *needles: str) -> str:
-    code = main(argv)
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    lines = [line for line in err.splitlines() if line.startswith("edge-export")]
-    assert len(lines) == 1, err
-    for needle in needles:
-        assert needle in lines[0]
-    return lines[0]
+from tests.exporters.cli_support import fails_with
 
 
 class ConvNet(nn.Module):
@@ -53,27 +43,27 @@ def conv_model(tmp_path: Path) -> Path:
 
 
 def test_unknown_source_id_is_one_line_and_exit_2(capsys):
-    _fails_with(capsys, ["whisper", "--source", "whisper-huge"], "unknown source 'whisper-huge'",
-                "whisper-tiny.en")
+    fails_with(capsys, ["whisper", "--source", "whisper-huge"], "unknown source 'whisper-huge'",
+               "whisper-tiny.en")
 
 
 def test_a_voice_id_is_not_a_whisper_source(capsys):
-    _fails_with(capsys, ["whisper", "--source", "en_US-joe-medium"], "not a Whisper source")
+    fails_with(capsys, ["whisper", "--source", "en_US-joe-medium"], "not a Whisper source")
 
 
 def test_missing_path_is_named(capsys, tmp_path):
-    _fails_with(capsys, ["whisper", "--source", str(tmp_path / "nope.pt")], "nope.pt: no such file")
+    fails_with(capsys, ["whisper", "--source", str(tmp_path / "nope.pt")], "nope.pt: no such file")
 
 
 def test_directory_without_model_bin_is_the_wrong_format(capsys, tmp_path):
-    _fails_with(capsys, ["whisper", "--source", str(tmp_path)], "not a CTranslate2 Whisper directory")
+    fails_with(capsys, ["whisper", "--source", str(tmp_path)], "not a CTranslate2 Whisper directory")
 
 
 def test_text_file_as_checkpoint_is_the_wrong_format(capsys, tmp_path):
     fake = tmp_path / "model.pt"
     fake.write_text("hello")
-    _fails_with(capsys, ["whisper", "--source", str(fake), "--out", str(tmp_path / "out")],
-                "not a PyTorch checkpoint")
+    fails_with(capsys, ["whisper", "--source", str(fake), "--out", str(tmp_path / "out")],
+               "not a PyTorch checkpoint")
     assert not (tmp_path / "out").exists()
 
 
@@ -82,13 +72,13 @@ def test_truncated_model_bin_is_reported_and_nothing_is_written(capsys, tmp_path
     src.mkdir()
     with (tiny_en_dir / "model.bin").open("rb") as fh:
         (src / "model.bin").write_bytes(fh.read(1_000_000))
-    _fails_with(capsys, ["whisper", "--source", str(src), "--out", str(tmp_path / "out"), "-q"],
-                "model.bin", "truncated")
+    fails_with(capsys, ["whisper", "--source", str(src), "--out", str(tmp_path / "out"), "-q"],
+               "model.bin", "truncated")
     assert not (tmp_path / "out").exists()
 
 
 def test_unknown_variant_is_a_usage_error(capsys):
-    _fails_with(capsys, ["whisper", "--source", "whisper-tiny.en", "--variants", "fp32,int2"], "int2")
+    fails_with(capsys, ["whisper", "--source", "whisper-tiny.en", "--variants", "fp32,int2"], "int2")
 
 
 def test_out_dir_with_foreign_files_is_not_replaced(capsys, tmp_path, tiny_whisper):
@@ -98,29 +88,29 @@ def test_out_dir_with_foreign_files_is_not_replaced(capsys, tmp_path, tiny_whisp
     out = tmp_path / "precious"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    _fails_with(capsys, ["whisper", "--source", str(tmp_path / "tiny.pt"), "--out", str(out), "-q"],
-                "refusing to replace")
+    fails_with(capsys, ["whisper", "--source", str(tmp_path / "tiny.pt"), "--out", str(out), "-q"],
+               "refusing to replace")
     assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_quantize_rejects_a_file_that_is_not_onnx(capsys, tmp_path):
     bad = tmp_path / "model.onnx"
     bad.write_bytes(b"\x08\x07garbage" * 10)
-    _fails_with(capsys, ["quantize", str(bad), "--mode", "fp16", "--out", str(tmp_path / "o.onnx")],
-                "not a valid ONNX model")
+    fails_with(capsys, ["quantize", str(bad), "--mode", "fp16", "--out", str(tmp_path / "o.onnx")],
+               "not a valid ONNX model")
     assert not (tmp_path / "o.onnx").exists()
 
 
 def test_quantize_of_a_missing_file_and_a_bad_out_name(capsys, tmp_path, conv_model):
-    _fails_with(capsys, ["quantize", str(tmp_path / "x.onnx"), "--mode", "fp16", "--out",
-                         str(tmp_path / "o.onnx")], "no such file")
-    _fails_with(capsys, ["quantize", str(conv_model), "--mode", "fp16", "--out", str(tmp_path / "o.bin")],
-                "must end in .onnx")
+    fails_with(capsys, ["quantize", str(tmp_path / "x.onnx"), "--mode", "fp16", "--out",
+                        str(tmp_path / "o.onnx")], "no such file")
+    fails_with(capsys, ["quantize", str(conv_model), "--mode", "fp16", "--out", str(tmp_path / "o.bin")],
+               "must end in .onnx")
 
 
 def test_verify_without_a_manifest_is_exit_2(capsys, tmp_path):
-    _fails_with(capsys, ["verify", str(tmp_path)], "manifest.json: missing")
-    _fails_with(capsys, ["verify", str(tmp_path / "nope")], "no such directory")
+    fails_with(capsys, ["verify", str(tmp_path)], "manifest.json: missing")
+    fails_with(capsys, ["verify", str(tmp_path / "nope")], "no such directory")
 
 
 def test_int8_matmul_quantizes_the_linear_layer_and_leaves_the_conv_float(capsys, tmp_path, conv_model):
@@ -145,7 +135,7 @@ def test_quantized_model_verifies_until_it_is_altered(capsys, tmp_path, conv_mod
     model.graph.initializer[0].raw_data = np.zeros_like(
         onnx.numpy_helper.to_array(model.graph.initializer[0])).tobytes()
     onnx.save(model, str(out))
-    _fails_with(capsys, ["verify", str(out.parent), "-q"], "net.fp16.onnx", "altered")
+    fails_with(capsys, ["verify", str(out.parent), "-q"], "net.fp16.onnx", "altered")
 
 
 def test_piper_voice_fp16_loads_and_stays_close(capsys, tmp_path, store):

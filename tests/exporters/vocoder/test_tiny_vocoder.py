@@ -15,11 +15,11 @@ import torch
 from edge_agent.models import ModelStore
 from edge_agent.runtime import make_session
 from edge_agent.tts.windowed import FIRST_FRAMES, Vocoder, VocoderInfo, plan_windows
-from exporters.cli import main
 from exporters.quantize import quantize
 from exporters.vocoder.hifigan import CODE, CODE_SOURCE, Config, build_generator, inference_form
 from exporters.vocoder.onnx_export import export_generator, export_windowed
 from exporters.vocoder.pipeline import vocode_pytorch
+from tests.exporters.cli_support import fails_with
 
 TINY = {
     "resblock": "1", "upsample_rates": [4, 2], "upsample_kernel_sizes": [8, 4],
@@ -101,31 +101,21 @@ def _checkpoint_dir(tmp_path: Path, data: bytes, config: dict[str, Any] | None =
     return path
 
 
-def _fails_with(capsys: pytest.CaptureFixture[str], argv: list[str], *needles: str) -> None:
-    code = main(argv)
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    lines = [line for line in err.splitlines() if line.startswith("edge-export")]
-    assert len(lines) == 1, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-
-
 def test_a_truncated_checkpoint_exits_2_naming_the_file(
         tmp_path: Path, store: ModelStore, capsys: pytest.CaptureFixture[str]) -> None:
     real = store.fetch(CODE_SOURCE).path("generator.pth.tar")
     with real.open("rb") as fh:
         path = _checkpoint_dir(tmp_path, fh.read(1 << 20), json.loads(store.fetch(CODE_SOURCE).path(
             "config.json").read_text()))
-    _fails_with(capsys, ["vocoder", "--source", str(path), "--out", str(tmp_path / "out")], str(path),
-                "not a readable PyTorch checkpoint")
+    fails_with(capsys, ["vocoder", "--source", str(path), "--out", str(tmp_path / "out")], str(path),
+               "not a readable PyTorch checkpoint")
     assert not (tmp_path / "out").exists()
 
 
 def test_a_corrupted_checkpoint_exits_2_naming_the_file(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _checkpoint_dir(tmp_path, b"\x00garbage" * 1000)
-    _fails_with(capsys, ["vocoder", "--source", str(path)], str(path), "not a readable PyTorch checkpoint")
+    fails_with(capsys, ["vocoder", "--source", str(path)], str(path), "not a readable PyTorch checkpoint")
 
 
 def test_a_checkpoint_of_another_shape_exits_2_naming_the_file(
@@ -135,7 +125,7 @@ def test_a_checkpoint_of_another_shape_exits_2_naming_the_file(
     path = tmp_path / "mine.pth.tar"
     torch.save({"generator": state}, path)
     (tmp_path / "config.json").write_text(json.dumps(TINY))
-    _fails_with(capsys, ["vocoder", "--source", str(path)], str(path), "does not fit a HiFi-GAN V1 generator")
+    fails_with(capsys, ["vocoder", "--source", str(path)], str(path), "does not fit a HiFi-GAN V1 generator")
 
 
 @pytest.mark.parametrize(("config", "needle"), [
@@ -147,19 +137,19 @@ def test_a_checkpoint_of_another_shape_exits_2_naming_the_file(
 def test_a_bad_config_exits_2_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                         config: dict[str, Any] | None, needle: str) -> None:
     path = _checkpoint_dir(tmp_path, b"unused", config)
-    _fails_with(capsys, ["vocoder", "--source", str(path)], needle)
+    fails_with(capsys, ["vocoder", "--source", str(path)], needle)
 
 
 def test_sources_that_are_not_vocoders_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _fails_with(capsys, ["vocoder", "--source", "whisper-tiny.en"], "not a vocoder source",
-                "hifigan-universal")
-    _fails_with(capsys, ["vocoder", "--source", "nope"], "unknown source 'nope'")
-    _fails_with(capsys, ["vocoder", "--source", str(tmp_path)], "a directory")
-    _fails_with(capsys, ["vocoder", "--source", "hifigan-universal", "--variants", "int4"], "unknown int4")
+    fails_with(capsys, ["vocoder", "--source", "whisper-tiny.en"], "not a vocoder source",
+               "hifigan-universal")
+    fails_with(capsys, ["vocoder", "--source", "nope"], "unknown source 'nope'")
+    fails_with(capsys, ["vocoder", "--source", str(tmp_path)], "a directory")
+    fails_with(capsys, ["vocoder", "--source", "hifigan-universal", "--variants", "int4"], "unknown int4")
 
 
 def test_a_missing_asr_export_exits_2_saying_how_to_make_one(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _fails_with(capsys, ["vocoder", "--source", "hifigan-universal", "--out", str(tmp_path / "v"),
+    fails_with(capsys, ["vocoder", "--source", "hifigan-universal", "--out", str(tmp_path / "v"),
                          "--asr", str(tmp_path / "none")], "edge-export whisper")
     shutil.rmtree(tmp_path / "v", ignore_errors=True)
