@@ -127,8 +127,9 @@ class SatelliteService:
     def status(self) -> dict[str, Any]:
         """For the device status: whether Home Assistant runs the satellite, and from where."""
         controller = self.controller
-        running = controller is not None and controller.running
-        return {"connected": running, "peer": controller.peer if running and controller else None}
+        if controller is None or not controller.running:
+            return {"connected": False, "peer": None}
+        return {"connected": True, "peer": controller.peer}
 
     @property
     def streaming(self) -> bool:
