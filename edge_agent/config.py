@@ -346,6 +346,7 @@ class MqttSettings:
     """MQTT client id; empty means `edge-agent-<device id>`. Must stay stable: the broker keeps
     the session (subscriptions, queued announcements) under it."""
     username: str = ""
+    """Broker login; empty connects without one (`password` or `password_file` goes with it)."""
     password: str = ""
     """Prefer `password_file`: this file may be readable by others."""
     password_file: Path | None = None
@@ -362,6 +363,7 @@ class MqttSettings:
     """How long the broker keeps this device's session (and queues announcements) while it
     is offline; must be more than 0 for announcements published while it is down to arrive."""
     reconnect_min_s: float = 0.5
+    """First reconnect delay (the first attempt after a lost connection comes within it)."""
     reconnect_max_s: float = 30.0
     """Reconnect delays grow from min to max with random jitter, so a fleet does not
     reconnect in lock-step after a broker restart."""
@@ -539,12 +541,15 @@ class OffloadSettings:
     """When the queued audio is down to this and the next remote sentence is missing, the server is
     pinged; no PONG within half of it (at most `ping_timeout_s`) moves the rest on at once. 0: off."""
     ping_interval_s: float = 5.0
+    """How often each connected server is pinged (its PONG reports its load)."""
     ping_timeout_s: float = 2.0
+    """A ping unanswered this long counts as a failure (towards `breaker_failures`)."""
     breaker_failures: int = 3
     """Consecutive failures (pings, requests, connects) that open the circuit breaker."""
     breaker_open_s: float = 30.0
     """How long an open breaker keeps requests local before a probe may close it."""
     reconnect_min_s: float = 0.5
+    """First reconnect delay."""
     reconnect_max_s: float = 30.0
     """Reconnect backoff bounds (exponential, full jitter)."""
     max_frame_bytes: int = 65536
@@ -588,6 +593,7 @@ class ServerSettings:
     host: str = "127.0.0.1"
     """Address to listen on (0.0.0.0 or :: for every interface)."""
     port: int = 10700
+    """Port to listen on."""
     psk_file: Path | None = None
     """File holding the pre-shared key; None reads $EDGE_OFFLOAD_PSK."""
     insecure: bool = False
@@ -595,6 +601,7 @@ class ServerSettings:
     tls_cert: Path | None = None
     """PEM certificate chain; with `tls_key`, connections are TLS."""
     tls_key: Path | None = None
+    """PEM private key of `tls_cert`."""
     voices: tuple[str, ...] = ("kokoro-82m", "en_US-joe-medium")
     """Voices loaded at start and offered to clients (the first is the default)."""
     kokoro_speaker: str = "af_heart"
@@ -611,7 +618,9 @@ class ServerSettings:
     """Connections still in their handshake at once (not counted in `max_connections`); a new
     one beyond this closes the oldest, so clients that never finish cannot lock others out."""
     max_streams_per_connection: int = 8
+    """Open streams one connection may have; more are refused (TOO_MANY_STREAMS)."""
     max_text_chars: int = 5000
+    """Most characters of text one request may carry; more is refused (BAD_REQUEST)."""
     max_sentence_chars: int = 300
     """Longest sentence of a request (the device splits at the same length): synthesis cost
     and memory grow with a sentence's length, not with the request's."""
@@ -620,6 +629,7 @@ class ServerSettings:
     chunk_ms: int = 500
     """Audio per AUDIO frame."""
     opus_bitrate: int = 24000
+    """Opus bitrate in bits per second, for clients that agreed on Opus."""
     handshake_timeout_s: float = 5.0
     """The whole handshake (HELLO to AUTH), from accept, whatever the reads in between."""
     idle_timeout_s: float = 60.0
@@ -627,6 +637,7 @@ class ServerSettings:
     frame_timeout_s: float = 10.0
     """A frame must arrive whole within this long of its first byte."""
     write_timeout_s: float = 10.0
+    """A client that stops reading for this long is disconnected."""
     shutdown_grace_s: float = 10.0
     """On SIGTERM, open streams get this long to finish."""
     metrics_interval_s: float = 60.0
@@ -721,6 +732,7 @@ class HermesSettings:
     """Hermes (Rhasspy's MQTT protocol) on the daemon's broker."""
 
     enabled: bool = False
+    """Speak Hermes on the daemon's MQTT broker (`edge-agent run`)."""
     site_id: str = ""
     """Hermes site id this device answers to; empty means the device id."""
 
@@ -734,6 +746,7 @@ class LoggingSettings:
     """Log output."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
+    """Lowest level logged."""
     json: bool = False
     """One JSON object per line (the daemon's default under systemd)."""
 
