@@ -58,7 +58,8 @@ edge-agent: error: tts.voice: unknown voice 'x' (known: en_US-joe-medium, kokoro
 
 Paths under `~/.local/state/edge-speech` follow `$XDG_STATE_HOME`; the model cache
 `~/.cache/edge-speech` follows `$EDGE_SPEECH_CACHE`, else `$XDG_CACHE_HOME`. Types: `list of X`
-is a YAML list, `X or null` may be left `null`, `one of a, b` takes exactly one of those words.
+is a YAML list, `X or null` may also be `null` (None in the descriptions), `one of a, b` takes
+exactly one of those words.
 """
 
 
@@ -142,11 +143,14 @@ def type_name(tp: Any) -> str:
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
         text = " or ".join(type_name(a) for a in inner)
-        return f"{text} or null" if len(inner) < len(args) else text
+        if len(inner) == len(args):
+            return text
+        return f"{text}, or null" if "," in text else f"{text} or null"
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in args)
     if origin is tuple:
-        return f"list of {type_name(args[0])}"
+        item = type_name(args[0])
+        return f"list, each {item}" if typing.get_origin(args[0]) is Literal else f"list of {item}"
     if origin is dict:
         return f"map of {type_name(args[0])} to {type_name(args[1])}"
     if tp is Path:

@@ -48,6 +48,8 @@ class _Outer:
     cutoffs: dict[str, float] = field(default_factory=dict)
     """Per model | name."""
     names: tuple[str, ...] = ("a", "b")
+    providers: tuple[Literal["cuda", "cpu"], ...] | None = None
+    """Best first."""
     undocumented: float | None = None
     where: Path = field(default_factory=lambda: Path.home() / ".cache" / "x")
     """A path in the home directory."""
@@ -68,6 +70,7 @@ def test_keys_get_type_default_and_docstring_and_nested_sections_come_apart():
         "top.mode": ("one of wake, always", '"wake"', "What the microphone is for, over two lines."),
         "top.cutoffs": ("map of str to float", "{}", "Per model | name."),
         "top.names": ("list of str", '["a", "b"]', ""),
+        "top.providers": ("list, each one of cuda, cpu, or null", "null", "Best first."),
         "top.undocumented": ("float or null", "null", ""),
         "top.where": ("path", '"~/.cache/x"', "A path in the home directory."),
     }
