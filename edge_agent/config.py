@@ -703,6 +703,10 @@ class WyomingSettings:
     What costs is what is spoken: a few characters can normalise into many words."""
     samples_per_chunk: int = 1024
     """Samples per `audio-chunk` event sent to the client."""
+    max_wake_speed: float = 2.0
+    """Most seconds of audio one connection's wake word stream (`detect`) is listened to per second.
+    A live microphone sends one a second; a client sending faster waits (nothing is dropped), after
+    a head start of a few seconds (a satellite's buffered audio), so no client can keep a core busy."""
 
     def __post_init__(self) -> None:
         try:
@@ -711,7 +715,7 @@ class WyomingSettings:
             raise ValueError(f"uri: {exc}") from None
         _positive(self, "max_connections", "idle_timeout_s", "event_timeout_s", "max_header_bytes",
                   "max_data_bytes", "max_payload_bytes", "max_audio_s", "max_text_chars",
-                  "max_speech_s", "samples_per_chunk")
+                  "max_speech_s", "samples_per_chunk", "max_wake_speed")
         if self.max_header_bytes < 256:
             raise ValueError(f"max_header_bytes: {self.max_header_bytes} is below 256")
 
