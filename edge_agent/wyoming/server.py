@@ -28,6 +28,7 @@ from wyoming.info import Info
 from wyoming.ping import Pong
 
 from edge_agent.config import WyomingSettings
+from edge_agent.errors import TIMEOUTS
 from edge_agent.wyoming import tts
 from edge_agent.wyoming.asr import AsrService, AsrSession
 from edge_agent.wyoming.audio import Refused
@@ -39,6 +40,10 @@ from edge_agent.wyoming.wake import WakeService, WakeSession
 log = logging.getLogger(__name__)
 
 AUDIO_EVENTS = frozenset({"audio-start", "audio-chunk", "audio-stop"})
+STOP_RECANCEL_S = 1.0
+"""How often `stop` cancels again a connection still running: `asyncio.wait_for` before Python 3.12
+drops a cancellation that arrives just as its inner await completes (a connection busy sending
+audio), and the connection would carry on to the end of its request."""
 
 
 @dataclass
@@ -73,7 +78,11 @@ class WyomingServer:
         self.limits = Limits.from_settings(settings)
         self.stats = ServerStats()
         self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        """Every connection's task, counted or not: `stop` ends and awaits them all."""
         self._open: set[asyncio.Task[None]] = set()
+        """The connections counted against `max_connections`."""
+        self._stopping = False
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on `host:port` (0 picks a free port); returns the address bound."""
@@ -84,12 +93,16 @@ class WyomingServer:
         return str(sock[0]), int(sock[1])
 
     async def stop(self) -> None:
-        """Stop listening and close every connection."""
+        """Stop listening, close every connection (its client sees the end of the stream) and wait
+        for each connection's task to finish."""
+        self._stopping = True
         if self._server is not None:
             self._server.close()
-        for task in list(self._open):
-            task.cancel()
-        await asyncio.gather(*self._open, return_exceptions=True)
+        pending = set(self._tasks)
+        while pending:
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=STOP_RECANCEL_S)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
@@ -105,7 +118,20 @@ class WyomingServer:
                     wake=[s.wake.program()] if s.wake else [],
                     satellite=s.satellite.info() if s.satellite else None)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """asyncio's callback for a new connection: serves it in a task of ours.
+
+        Not a coroutine on purpose: `start_server` wraps a coroutine callback in a task whose
+        done-callback calls `task.exception()`, which raises on a cancelled task, so stopping the
+        server with clients connected logged a CancelledError traceback at ERROR (Python 3.11)."""
+        if self._stopping:  # accepted just as the server was closing
+            writer.close()
+            return
+        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         peer = _peer(writer)
@@ -227,6 +253,12 @@ def _first_line(exc: BaseException) -> str:
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:
+    """Close after what is still buffered has been sent; a peer that takes none of it within a
+    second is reset (a transport keeps a socket open for as long as it has data to send)."""
     writer.close()
-    with contextlib.suppress(Exception):
+    try:
         await asyncio.wait_for(writer.wait_closed(), 1.0)
+    except TIMEOUTS:
+        writer.transport.abort()
+    except Exception:  # already gone (reset, broken pipe): closed either way
+        pass
