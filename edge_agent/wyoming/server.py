@@ -3,14 +3,21 @@
 Each connection runs one task that reads an event, carries it out, and reads the
 next: a client's requests are answered in order, and while one is being carried
 out the socket's buffers hold what the client sends next (backpressure, no queue
-of ours to grow). What a connection may cost is bounded: `max_connections` at a
-time (the next one gets an `error` event, code `busy`), every event's header,
+of ours to grow). What a connection may cost is bounded: every event's header,
 data and payload length checked before it is read, a deadline for a silent peer
-(`idle_timeout_s`), for a started event and for every write (`event_timeout_s`).
-A framing violation closes that connection after an `error` event; a request the
-server refuses (unknown voice, audio too long, events out of order) gets an
-`error` event and the connection stays usable. Nothing one connection does
-reaches another.
+(`idle_timeout_s`), for a started event and for every write (`event_timeout_s`),
+wake word audio heard at most `max_wake_speed` times real time, and
+`max_connections` at a time (the next one gets an `error` event, code `busy`).
+
+A refusal ends the connection: the client gets one `error` event, then the end of
+the stream. Home Assistant's TTS and STT clients ignore `error` events and stop
+only on `audio-stop`, `transcript` or a closed connection, so an error on a
+connection left open kept them waiting until a timeout; and what the client was
+still sending for the refused request (the rest of an audio stream) is read and
+dropped, not answered with an error each. Framing violations end it the same way.
+The one exception is Home Assistant running the device's satellite: refused audio
+there is dropped by the satellite (the rest of that stream too) and the link to
+Home Assistant stays up. Nothing one connection does reaches another.
 
 Unknown event types are ignored, as the protocol asks, so newer clients work.
 """
@@ -44,6 +51,10 @@ STOP_RECANCEL_S = 1.0
 """How often `stop` cancels again a connection still running: `asyncio.wait_for` before Python 3.12
 drops a cancellation that arrives just as its inner await completes (a connection busy sending
 audio), and the connection would carry on to the end of its request."""
+LINGER_S = 1.0
+"""After an `error` that ends a connection: longest time what the client still sends is dropped."""
+LINGER_BYTES = 1 << 20
+"""... and most bytes dropped (a client flooding past them is reset)."""
 
 
 @dataclass
@@ -80,7 +91,7 @@ class WyomingServer:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         """Every connection's task, counted or not: `stop` ends and awaits them all."""
-        self._open: set[asyncio.Task[None]] = set()
+        self._open: dict[asyncio.Task[None], Connection] = {}
         """The connections counted against `max_connections`."""
         self._stopping = False
 
@@ -135,19 +146,25 @@ class WyomingServer:
         task = asyncio.current_task()
         assert task is not None
         peer = _peer(writer)
-        if len(self._open) >= self.settings.max_connections:
-            self.stats.refused_busy += 1
-            log.warning("wyoming connection from %s refused: %d connections open", peer, len(self._open))
-            with contextlib.suppress(Exception):
-                await write_event(writer, Error(text="server busy", code="busy").event(), 1.0)
-            await _close(writer)
-            return
-        self._open.add(task)
-        self.stats.connections += 1
+        hang_up = False
         try:
-            await Connection(self, reader, writer, peer).run()
+            if len(self._open) >= self.settings.max_connections:
+                self.stats.refused_busy += 1
+                log.warning("wyoming connection from %s refused: %d connections open", peer, len(self._open))
+                with contextlib.suppress(Exception):
+                    await write_event(writer, Error(text="server busy", code="busy").event(), 1.0)
+                hang_up = True
+                return
+            connection = Connection(self, reader, writer, peer)
+            self._open[task] = connection
+            self.stats.connections += 1
+            try:
+                hang_up = await connection.run()
+            finally:
+                del self._open[task]
         finally:
-            self._open.discard(task)
+            if hang_up:
+                await _hang_up(reader, writer)
             await _close(writer)
 
 
@@ -174,43 +191,54 @@ class Connection:
         async with self._write_lock:
             await write_event(self.writer, event, self.server.limits.event_timeout_s)
 
-    async def run(self) -> None:
+    async def run(self) -> bool:
+        """Carry out the client's events until it leaves; True when the server ends the connection
+        after an `error` event (see `_hang_up`)."""
         log.debug("wyoming client %s connected", self.peer)
         stats = self.server.stats
         try:
             while (event := await self.events.read()) is not None:
+                for_satellite = self.satellite is not None and self.satellite.takes(event.type)
                 try:
-                    await self.handle(event)
+                    await self.handle(event, for_satellite)
                 except Refused as exc:
                     stats.refused_requests += 1
                     stats.by_code[exc.code] = stats.by_code.get(exc.code, 0) + 1
                     log.warning("wyoming %s from %s refused: %s", event.type, self.peer, exc)
                     await self.send(Error(text=str(exc), code=exc.code).event())
+                    if not for_satellite:
+                        return True
+            return False
         except FramingError as exc:
             stats.framing_errors += 1
             stats.by_code[exc.code] = stats.by_code.get(exc.code, 0) + 1
             log.warning("wyoming client %s dropped: %s", self.peer, exc)
-            if exc.code != "write-timeout":
-                with contextlib.suppress(Exception):
-                    await write_event(self.writer, Error(text=str(exc), code=exc.code).event(), 1.0)
+            if exc.code == "write-timeout":
+                return False  # it reads nothing: no error event, no lingering
+            with contextlib.suppress(Exception):
+                await write_event(self.writer, Error(text=str(exc), code=exc.code).event(), 1.0)
+            return True
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             log.debug("wyoming client %s went away: %s", self.peer, exc)
+            return False
         except Exception as exc:  # one connection's failure must not reach the server
             stats.failures += 1
             log.exception("wyoming connection %s failed", self.peer)
             with contextlib.suppress(Exception):
                 await write_event(self.writer, Error(text=_first_line(exc), code="internal").event(), 1.0)
+            return True
         finally:
             if self.satellite is not None:
                 await self.satellite.close()
             if self.wake is not None:
                 await self.wake.close()
-        log.debug("wyoming client %s disconnected", self.peer)
+            log.debug("wyoming client %s disconnected", self.peer)
 
-    async def handle(self, event: Event) -> None:
+    async def handle(self, event: Event, for_satellite: bool = False) -> None:
+        """Carry out one event; `for_satellite`: Home Assistant driving the satellite sent it."""
         kind = event.type
-        if self.satellite is not None and self.satellite.takes(kind):
-            await self.satellite.handle(event)  # Home Assistant driving the satellite: no service request
+        if for_satellite and self.satellite is not None:
+            await self.satellite.handle(event)  # not a service request
         elif kind == "describe":
             await self.send(self.server.info().event())
         elif kind == "ping":
@@ -250,6 +278,27 @@ def _peer(writer: asyncio.StreamWriter) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+async def _hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """End our side after an `error` event, then read and drop what the client still sends.
+
+    The end of stream (FIN) follows the error, so a client that waits for `audio-stop` or a closed
+    connection stops at once. Closing a socket with unread data in it would send a reset instead,
+    which can destroy the error before the client reads it; so what is still on its way (the rest
+    of a refused audio stream) is read and dropped, for at most `LINGER_S` and `LINGER_BYTES`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LINGER_S
+    dropped = 0
+    with contextlib.suppress(ConnectionError, OSError, RuntimeError, *TIMEOUTS):
+        if writer.can_write_eof():
+            await asyncio.wait_for(writer.drain(), LINGER_S)
+            writer.write_eof()
+        while dropped < LINGER_BYTES and (left := deadline - loop.time()) > 0:
+            data = await asyncio.wait_for(reader.read(65536), left)
+            if not data:
+                break
+            dropped += len(data)
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:

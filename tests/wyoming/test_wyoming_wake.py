@@ -84,9 +84,17 @@ def test_other_speech_or_another_wake_word_is_not_detected(server: ServerThread,
     assert [e.type for e in asyncio.run(_stream(server, ["hey_jarvis"], speech["nabu"]))] == ["not-detected"]
 
 
-def test_an_unknown_wake_word_is_refused(server: ServerThread) -> None:
-    answers = asyncio.run(_stream(server, ["hey_computer"], silence(0.1)))
-    assert Error.from_event(answers[0]).code == "unknown-wake-word"
+def test_an_unknown_wake_word_is_refused_and_the_connection_ended(server: ServerThread) -> None:
+    async def go() -> list[Event]:
+        async with AsyncTcpClient(server.host, server.port) as client:
+            await client.write_event(Detect(names=["hey_computer"]).event())
+            answers = []
+            while (event := await asyncio.wait_for(client.read_event(), 5)) is not None:
+                answers.append(event)
+            return answers
+
+    answers = asyncio.run(go())
+    assert [Error.from_event(e).code for e in answers] == ["unknown-wake-word"]
 
 
 def test_pace_lets_a_head_start_through_then_holds_audio_to_its_speed() -> None:
