@@ -682,7 +682,9 @@ class WyomingSettings:
     wake word here, the command's audio streamed to Home Assistant, its answers, announcements
     and timer chimes played here)."""
     max_connections: int = 16
-    """Connections beyond this are answered with an error and closed."""
+    """Connections open at a time. When all are taken, a new one displaces the connection idle the
+    longest (pings do not count as activity) that has nothing in flight; when every one is working,
+    the new one is answered `busy` and closed."""
     idle_timeout_s: float = 60.0
     """A connection that sends nothing for this long is closed (Home Assistant's satellite side
     pings every few seconds; a service client opens a connection per request)."""

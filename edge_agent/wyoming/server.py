@@ -7,7 +7,11 @@ of ours to grow). What a connection may cost is bounded: every event's header,
 data and payload length checked before it is read, a deadline for a silent peer
 (`idle_timeout_s`), for a started event and for every write (`event_timeout_s`),
 wake word audio heard at most `max_wake_speed` times real time, and
-`max_connections` at a time (the next one gets an `error` event, code `busy`).
+`max_connections` at a time. When they are all taken, a newcomer displaces the
+connection idle the longest that has nothing in flight (a ping is not activity;
+a request being carried out, a stream whose events keep coming, or Home
+Assistant's satellite link is in flight); when none qualifies, the newcomer gets
+an `error` event, code `busy`.
 
 A refusal ends the connection: the client gets one `error` event, then the end of
 the stream. Home Assistant's TTS and STT clients ignore `error` events and stop
@@ -55,6 +59,8 @@ LINGER_S = 1.0
 """After an `error` that ends a connection: longest time what the client still sends is dropped."""
 LINGER_BYTES = 1 << 20
 """... and most bytes dropped (a client flooding past them is reset)."""
+DISPLACE_WAIT_S = 2.0
+"""Longest wait for a displaced connection to finish closing."""
 
 
 @dataclass
@@ -63,6 +69,7 @@ class ServerStats:
 
     connections: int = 0
     refused_busy: int = 0
+    displaced: int = 0
     framing_errors: int = 0
     refused_requests: int = 0
     failures: int = 0
@@ -148,9 +155,10 @@ class WyomingServer:
         peer = _peer(writer)
         hang_up = False
         try:
-            if len(self._open) >= self.settings.max_connections:
+            if not await self._make_room(peer):
                 self.stats.refused_busy += 1
-                log.warning("wyoming connection from %s refused: %d connections open", peer, len(self._open))
+                log.warning("wyoming connection from %s refused: %d connections open, all of them working",
+                            peer, len(self._open))
                 with contextlib.suppress(Exception):
                     await write_event(writer, Error(text="server busy", code="busy").event(), 1.0)
                 hang_up = True
@@ -166,6 +174,24 @@ class WyomingServer:
             if hang_up:
                 await _hang_up(reader, writer)
             await _close(writer)
+
+    async def _make_room(self, peer: str) -> bool:
+        """True when a connection may be opened: below `max_connections`, or once the connection idle
+        the longest with nothing in flight has been displaced."""
+        loop = asyncio.get_running_loop()
+        # Checked again after each displacement: another newcomer may have taken the slot meanwhile.
+        while len(self._open) >= self.settings.max_connections:
+            now = loop.time()
+            idle = [(c.last_active, task, c) for task, c in self._open.items()
+                    if not c.leaving and not c.in_flight(now)]
+            if not idle:
+                return False
+            _, task, victim = min(idle, key=lambda entry: entry[0])
+            self.stats.displaced += 1
+            log.warning("wyoming connection from %s displaces %s (idle %.1f s; %d connections open)",
+                        peer, victim.peer, now - victim.last_active, len(self._open))
+            await victim.displace(task)
+        return True
 
 
 class Connection:
@@ -186,6 +212,31 @@ class Connection:
                                                    if services.satellite else None)
         self._audio_to: AsrSession | WakeSession | None = self.asr or self.wake
         """Who the client's audio is for: the service of its last `transcribe` or `detect`."""
+        self.last_active = asyncio.get_running_loop().time()
+        """When the client last sent an event other than `ping`, or a request of its was finished."""
+        self.working = False
+        """An event of the client's is being carried out."""
+        self.leaving = False
+        """Being displaced: not a candidate again."""
+
+    def in_flight(self, now: float) -> bool:
+        """Whether closing this connection would cut work short: a request being carried out, a
+        stream (audio, streamed text) whose events are still coming (one silent for
+        `event_timeout_s` is stalled, not in flight), or Home Assistant running the satellite."""
+        if self.working or (self.satellite is not None and self.satellite.running):
+            return True
+        sessions: tuple[TtsSession | AsrSession | WakeSession | None, ...] = (self.tts, self.asr, self.wake)
+        streaming = any(session is not None and session.streaming for session in sessions)
+        return streaming and now - self.last_active < self.server.limits.event_timeout_s
+
+    async def displace(self, task: asyncio.Task[None]) -> None:
+        """Make room for a newcomer: tell the client, end this connection and wait until it has."""
+        self.leaving = True
+        with contextlib.suppress(Exception):
+            text = "server full: the connection idle the longest was closed"
+            await write_event(self.writer, Error(text=text, code="displaced").event(), 1.0)
+        task.cancel()
+        await asyncio.wait({task}, timeout=DISPLACE_WAIT_S)
 
     async def send(self, event: Event) -> None:
         async with self._write_lock:
@@ -196,9 +247,11 @@ class Connection:
         after an `error` event (see `_hang_up`)."""
         log.debug("wyoming client %s connected", self.peer)
         stats = self.server.stats
+        loop = asyncio.get_running_loop()
         try:
             while (event := await self.events.read()) is not None:
                 for_satellite = self.satellite is not None and self.satellite.takes(event.type)
+                self.working = True
                 try:
                     await self.handle(event, for_satellite)
                 except Refused as exc:
@@ -208,6 +261,10 @@ class Connection:
                     await self.send(Error(text=str(exc), code=exc.code).event())
                     if not for_satellite:
                         return True
+                finally:
+                    self.working = False
+                    if event.type != "ping":  # a ping is not activity: idle counts on through it
+                        self.last_active = loop.time()
             return False
         except FramingError as exc:
             stats.framing_errors += 1

@@ -133,6 +133,11 @@ class TtsSession:
         await self.send(SynthesizeStopped().event())
 
     @property
+    def streaming(self) -> bool:
+        """A streamed text is open (`synthesize-start` without its `synthesize-stop` yet)."""
+        return self._stream is not None
+
+    @property
     def _limit(self) -> int:
         return self.service.settings.wyoming.max_text_chars
 

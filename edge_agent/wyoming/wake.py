@@ -97,6 +97,11 @@ class WakeSession:
         self._clock = loop.time
         self._pace = Pace(service.settings.wyoming.max_wake_speed, PACE_BURST_S, loop.time())
 
+    @property
+    def streaming(self) -> bool:
+        """An audio stream is open (`audio-start` without its `audio-stop` yet)."""
+        return self._recording is not None
+
     def detect(self, event: Event) -> None:
         names = event.data.get("names")
         if names is None:

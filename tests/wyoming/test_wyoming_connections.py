@@ -1,12 +1,16 @@
-"""Connections and shutdown, with real sockets and the `wyoming` library's client.
+"""Connection slots and shutdown, with real sockets and the `wyoming` library's client.
 
-Stopping the server ends every connection cleanly: its client sees the end of the
-stream, nothing is logged as an error and no task is left behind.
+When `max_connections` are open, a newcomer displaces the connection idle the longest
+with nothing in flight, so clients that only hold a slot (silent, or pinging) cannot
+lock Home Assistant out; a connection doing work is never displaced. Stopping the
+server ends every connection cleanly: its client sees the end of the stream, nothing
+is logged as an error and no task is left behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,10 +18,11 @@ from typing import Any
 
 import pytest
 from wyoming.client import AsyncTcpClient
+from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.info import Describe
 from wyoming.ping import Ping
-from wyoming.tts import Synthesize, SynthesizeStart
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
 from tests.wyoming.wyoming_support import ServerThread, make_server
 
@@ -43,6 +48,13 @@ def whole_synth(shared_cache: Path) -> Iterator[Any]:
     synth.close()
 
 
+@pytest.fixture()
+def server(whole_synth: Any) -> Iterator[ServerThread]:
+    running = make_server(whole_synth, None, max_connections=SLOTS)
+    yield running
+    running.close()
+
+
 async def _read(client: AsyncTcpClient, timeout: float = 10) -> Event | None:
     return await asyncio.wait_for(client.read_event(), timeout)
 
@@ -59,6 +71,105 @@ async def _connect(server: ServerThread, first: Event | None = None, answer: str
     await client.connect()
     await _ask(client, first or Describe().event(), answer)
     return client
+
+
+async def _displaced(client: AsyncTcpClient) -> list[Event]:
+    """What a displaced client is sent before the end of the stream."""
+    events = []
+    while (event := await _read(client)) is not None:
+        events.append(event)
+    return events
+
+
+def test_a_newcomer_displaces_the_connection_idle_the_longest_and_a_ping_is_not_activity(
+        server: ServerThread) -> None:
+    async def go() -> tuple[list[Event], int]:
+        held = [await _connect(server) for _ in range(SLOTS)]
+        await _ask(held[0], Describe().event(), "info")  # the first is active again: the second is idlest
+        await _ask(held[1], Ping().event(), "pong")  # ... and a ping does not change that
+        newcomer = await _connect(server)  # answered, not refused `busy`
+        gone = await _displaced(held[1])
+        for client in (held[0], held[2], held[3], newcomer):
+            await _ask(client, Describe().event(), "info")  # everyone else is still served
+            await client.disconnect()
+        return gone, server.server.stats.refused_busy
+
+    gone, busy = asyncio.run(go())
+    assert [(e.type, Error.from_event(e).code) for e in gone] == [("error", "displaced")]
+    assert busy == 0
+
+
+def test_clients_that_only_ping_cannot_lock_home_assistant_out(server: ServerThread) -> None:
+    # Seen: 16 clients pinging every 20 s held all 16 slots; Home Assistant was served 0 times of 38.
+    requests = 8
+
+    async def pinger(ready: asyncio.Event, stop: asyncio.Event) -> None:
+        """Takes a slot and holds it with pings; displaced, it comes straight back."""
+        while not stop.is_set():
+            client = await _connect(server, Ping().event(), "pong")
+            ready.set()
+            with contextlib.suppress(ConnectionError):
+                await _displaced(client)
+            ready.clear()
+            await client.disconnect()
+
+    async def go() -> int:
+        stop = asyncio.Event()
+        ready = [asyncio.Event() for _ in range(SLOTS)]
+        pingers = [asyncio.create_task(pinger(r, stop)) for r in ready]
+        served = 0
+        for _ in range(requests):
+            for r in ready:  # every slot held by a pinger again
+                await asyncio.wait_for(r.wait(), 10)
+            async with AsyncTcpClient(server.host, server.port) as home_assistant:
+                await home_assistant.write_event(Describe().event())
+                answer = await _read(home_assistant)
+                served += answer is not None and answer.type == "info"
+        stop.set()
+        for task in pingers:
+            task.cancel()
+        await asyncio.gather(*pingers, return_exceptions=True)
+        return served
+
+    assert asyncio.run(go()) == requests
+    stats = server.server.stats
+    assert stats.refused_busy == 0 and stats.displaced >= requests
+
+
+def test_connections_mid_synthesis_or_mid_stream_are_never_displaced(server: ServerThread) -> None:
+    async def go() -> tuple[Event | None, list[Event], Event | None, list[Event]]:
+        # One synthesizing far more audio than the sockets hold while its client does not read
+        # (the server is busy sending it), the others in the middle of a streamed text.
+        speaking = AsyncTcpClient(server.host, server.port)
+        await speaking.connect()
+        await speaking.write_event(Synthesize(text=LONG_TEXT).event())
+        first = await _read(speaking, 60)
+        streaming = []
+        for _ in range(SLOTS - 1):
+            client = await _connect(server)
+            await client.write_event(SynthesizeStart().event())
+            await client.write_event(SynthesizeChunk(text="The garage door").event())  # no sentence yet
+            await _ask(client, Ping().event(), "pong")  # answered in order: the stream is open
+            streaming.append(client)
+        async with AsyncTcpClient(server.host, server.port) as newcomer:
+            await newcomer.write_event(Describe().event())
+            refused = await _read(newcomer)
+        await speaking.disconnect()  # its synthesis stops with it
+        finished = []
+        for client in streaming:  # each stream goes on where it was
+            await client.write_event(SynthesizeChunk(text=" is closed").event())
+            await client.write_event(SynthesizeStop().event())
+            while (event := await _read(client, 60)) is not None and event.type != "synthesize-stopped":
+                assert event.type != "error", event
+            finished.append(event)
+            await client.disconnect()
+        return first, finished, refused, []
+
+    first, finished, refused, _ = asyncio.run(go())
+    assert first is not None and first.type == "audio-start"
+    assert refused is not None and Error.from_event(refused).code == "busy"
+    assert all(e is not None and e.type == "synthesize-stopped" for e in finished)
+    assert server.server.stats.displaced == 0
 
 
 def test_stopping_the_server_closes_every_connection_without_an_error_or_a_task_left(

@@ -104,23 +104,6 @@ def test_a_peer_that_sends_nothing_is_closed_after_the_idle_timeout(server: Serv
     assert asyncio.run(go())["code"] == "idle-timeout"
 
 
-def test_connections_over_the_limit_are_told_busy_and_the_rest_keep_working(server: ServerThread) -> None:
-    async def go() -> dict[str, Any]:
-        held = [AsyncTcpClient(server.host, server.port) for _ in range(LIMITS["max_connections"])]
-        for client in held:  # an answered describe proves the server counts the connection
-            await client.connect()
-            await _describe(client)
-        reader, writer = await asyncio.open_connection(server.host, server.port)
-        answer = await _answer_then_close(reader)
-        writer.close()
-        for client in held:
-            await _describe(client)
-            await client.disconnect()
-        return answer
-
-    assert asyncio.run(go())["code"] == "busy"
-
-
 async def _describe(client: AsyncTcpClient) -> None:
     await client.write_event(Describe().event())
     event = await asyncio.wait_for(client.read_event(), 5)
