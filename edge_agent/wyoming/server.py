@@ -51,10 +51,6 @@ from edge_agent.wyoming.wake import WakeService, WakeSession
 log = logging.getLogger(__name__)
 
 AUDIO_EVENTS = frozenset({"audio-start", "audio-chunk", "audio-stop"})
-STOP_RECANCEL_S = 1.0
-"""How often `stop` cancels again a connection still running: `asyncio.wait_for` before Python 3.12
-drops a cancellation that arrives just as its inner await completes (a connection busy sending
-audio), and the connection would carry on to the end of its request."""
 LINGER_S = 1.0
 """After an `error` that ends a connection: longest time what the client still sends is dropped."""
 LINGER_BYTES = 1 << 20
@@ -100,7 +96,8 @@ class WyomingServer:
         """Every connection's task, counted or not: `stop` ends and awaits them all."""
         self._open: dict[asyncio.Task[None], Connection] = {}
         """The connections counted against `max_connections`."""
-        self._stopping = False
+        self.stopping = False
+        """Set by `stop`: every connection ends at its next read or write."""
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on `host:port` (0 picks a free port); returns the address bound."""
@@ -113,14 +110,13 @@ class WyomingServer:
     async def stop(self) -> None:
         """Stop listening, close every connection (its client sees the end of the stream) and wait
         for each connection's task to finish."""
-        self._stopping = True
+        self.stopping = True
         if self._server is not None:
             self._server.close()
-        pending = set(self._tasks)
-        while pending:
-            for task in pending:
-                task.cancel()
-            _, pending = await asyncio.wait(pending, timeout=STOP_RECANCEL_S)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
@@ -142,7 +138,7 @@ class WyomingServer:
         Not a coroutine on purpose: `start_server` wraps a coroutine callback in a task whose
         done-callback calls `task.exception()`, which raises on a cancelled task, so stopping the
         server with clients connected logged a CancelledError traceback at ERROR (Python 3.11)."""
-        if self._stopping:  # accepted just as the server was closing
+        if self.stopping:  # accepted just as the server was closing
             writer.close()
             return
         task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
@@ -229,6 +225,17 @@ class Connection:
         streaming = any(session is not None and session.streaming for session in sessions)
         return streaming and now - self.last_active < self.server.limits.event_timeout_s
 
+    @property
+    def ending(self) -> bool:
+        """Being closed (displaced, or the server stopping).
+
+        Cancelling the connection's task ends it; this ends it too where a cancellation is lost:
+        `asyncio.wait_for` before Python 3.12 drops one that arrives just as its inner await
+        completes (a read that has its data, a write that went out), and the connection would
+        carry on with its request. Cancelling it again instead could cut short its cleanup (the
+        close of a synthesis under way)."""
+        return self.leaving or self.server.stopping
+
     async def displace(self, task: asyncio.Task[None]) -> None:
         """Make room for a newcomer: tell the client, end this connection and wait until it has."""
         self.leaving = True
@@ -239,6 +246,8 @@ class Connection:
         await asyncio.wait({task}, timeout=DISPLACE_WAIT_S)
 
     async def send(self, event: Event) -> None:
+        if self.ending:
+            raise ConnectionAbortedError("connection closed by the server")
         async with self._write_lock:
             await write_event(self.writer, event, self.server.limits.event_timeout_s)
 
@@ -249,7 +258,7 @@ class Connection:
         stats = self.server.stats
         loop = asyncio.get_running_loop()
         try:
-            while (event := await self.events.read()) is not None:
+            while not self.ending and (event := await self.events.read()) is not None:
                 for_satellite = self.satellite is not None and self.satellite.takes(event.type)
                 self.working = True
                 try:
