@@ -693,7 +693,9 @@ class WyomingSettings:
     wake word here, the command's audio streamed to Home Assistant, its answers, announcements
     and timer chimes played here)."""
     max_connections: int = 16
-    """Connections beyond this are answered with an error and closed."""
+    """Connections open at a time. When all are taken, a new one displaces the connection idle the
+    longest (pings do not count as activity) that has nothing in flight; when every one is working,
+    the new one is answered `busy` and closed."""
     idle_timeout_s: float = 60.0
     """A connection that sends nothing for this long is closed (Home Assistant's satellite side
     pings every few seconds; a service client opens a connection per request)."""
@@ -714,6 +716,10 @@ class WyomingSettings:
     What costs is what is spoken: a few characters can normalise into many words."""
     samples_per_chunk: int = 1024
     """Samples per `audio-chunk` event sent to the client."""
+    max_wake_speed: float = 2.0
+    """Most seconds of audio one connection's wake word stream (`detect`) is listened to per second.
+    A live microphone sends one a second; a client sending faster waits (nothing is dropped), after
+    a head start of a few seconds (a satellite's buffered audio), so no client can keep a core busy."""
 
     def __post_init__(self) -> None:
         try:
@@ -722,7 +728,7 @@ class WyomingSettings:
             raise ValueError(f"uri: {exc}") from None
         _positive(self, "max_connections", "idle_timeout_s", "event_timeout_s", "max_header_bytes",
                   "max_data_bytes", "max_payload_bytes", "max_audio_s", "max_text_chars",
-                  "max_speech_s", "samples_per_chunk")
+                  "max_speech_s", "samples_per_chunk", "max_wake_speed")
         if self.max_header_bytes < 256:
             raise ValueError(f"max_header_bytes: {self.max_header_bytes} is below 256")
 

@@ -81,6 +81,11 @@ class AsrSession:
         self._recording: Recording | None = None
         self._language: str | None = None
 
+    @property
+    def streaming(self) -> bool:
+        """An audio stream is open (`audio-start` without its `audio-stop` yet)."""
+        return self._recording is not None
+
     def transcribe(self, event: Event) -> None:
         language = event.data.get("language")
         if language is not None and not isinstance(language, str):

@@ -24,8 +24,9 @@ WIDTH = 2
 
 
 class Refused(EdgeError):
-    """A request the server will not carry out; the client gets an `error` event and the connection
-    stays open."""
+    """A request the server will not carry out: the client gets one `error` event and the connection
+    is closed (Home Assistant's clients wait for audio or a closed connection, not for errors); only
+    Home Assistant's satellite link stays open (see `server`)."""
 
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)

@@ -114,6 +114,10 @@ def _json_object(raw: bytes, what: str) -> dict[str, Any]:
         doc = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise FramingError(f"event {what} is not JSON ({type(exc).__name__})", "bad-json") from None
+    except ValueError:
+        # Valid JSON Python will not read: an integer of more than sys.get_int_max_str_digits()
+        # (4300) digits, which a header line of a few kilobytes can hold.
+        raise FramingError(f"event {what} has a number too long to read", "bad-json") from None
     if not isinstance(doc, dict):
         raise FramingError(f"event {what} must be a JSON object", "bad-json")
     return doc

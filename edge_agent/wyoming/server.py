@@ -3,14 +3,25 @@
 Each connection runs one task that reads an event, carries it out, and reads the
 next: a client's requests are answered in order, and while one is being carried
 out the socket's buffers hold what the client sends next (backpressure, no queue
-of ours to grow). What a connection may cost is bounded: `max_connections` at a
-time (the next one gets an `error` event, code `busy`), every event's header,
+of ours to grow). What a connection may cost is bounded: every event's header,
 data and payload length checked before it is read, a deadline for a silent peer
-(`idle_timeout_s`), for a started event and for every write (`event_timeout_s`).
-A framing violation closes that connection after an `error` event; a request the
-server refuses (unknown voice, audio too long, events out of order) gets an
-`error` event and the connection stays usable. Nothing one connection does
-reaches another.
+(`idle_timeout_s`), for a started event and for every write (`event_timeout_s`),
+wake word audio heard at most `max_wake_speed` times real time, and
+`max_connections` at a time. When they are all taken, a newcomer displaces the
+connection idle the longest that has nothing in flight (a ping is not activity;
+a request being carried out, a stream whose events keep coming, or Home
+Assistant's satellite link is in flight); when none qualifies, the newcomer gets
+an `error` event, code `busy`.
+
+A refusal ends the connection: the client gets one `error` event, then the end of
+the stream. Home Assistant's TTS and STT clients ignore `error` events and stop
+only on `audio-stop`, `transcript` or a closed connection, so an error on a
+connection left open kept them waiting until a timeout; and what the client was
+still sending for the refused request (the rest of an audio stream) is read and
+dropped, not answered with an error each. Framing violations end it the same way.
+The one exception is Home Assistant running the device's satellite: refused audio
+there is dropped by the satellite (the rest of that stream too) and the link to
+Home Assistant stays up. Nothing one connection does reaches another.
 
 Unknown event types are ignored, as the protocol asks, so newer clients work.
 """
@@ -28,6 +39,7 @@ from wyoming.info import Info
 from wyoming.ping import Pong
 
 from edge_agent.config import WyomingSettings
+from edge_agent.errors import TIMEOUTS
 from edge_agent.wyoming import tts
 from edge_agent.wyoming.asr import AsrService, AsrSession
 from edge_agent.wyoming.audio import Refused
@@ -39,6 +51,12 @@ from edge_agent.wyoming.wake import WakeService, WakeSession
 log = logging.getLogger(__name__)
 
 AUDIO_EVENTS = frozenset({"audio-start", "audio-chunk", "audio-stop"})
+LINGER_S = 1.0
+"""After an `error` that ends a connection: longest time what the client still sends is dropped."""
+LINGER_BYTES = 1 << 20
+"""... and most bytes dropped (a client flooding past them is reset)."""
+DISPLACE_WAIT_S = 2.0
+"""Longest wait for a displaced connection to finish closing."""
 
 
 @dataclass
@@ -47,6 +65,7 @@ class ServerStats:
 
     connections: int = 0
     refused_busy: int = 0
+    displaced: int = 0
     framing_errors: int = 0
     refused_requests: int = 0
     failures: int = 0
@@ -73,7 +92,12 @@ class WyomingServer:
         self.limits = Limits.from_settings(settings)
         self.stats = ServerStats()
         self._server: asyncio.Server | None = None
-        self._open: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        """Every connection's task, counted or not: `stop` ends and awaits them all."""
+        self._open: dict[asyncio.Task[None], Connection] = {}
+        """The connections counted against `max_connections`."""
+        self.stopping = False
+        """Set by `stop`: every connection ends at its next read or write."""
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on `host:port` (0 picks a free port); returns the address bound."""
@@ -84,12 +108,15 @@ class WyomingServer:
         return str(sock[0]), int(sock[1])
 
     async def stop(self) -> None:
-        """Stop listening and close every connection."""
+        """Stop listening, close every connection (its client sees the end of the stream) and wait
+        for each connection's task to finish."""
+        self.stopping = True
         if self._server is not None:
             self._server.close()
-        for task in list(self._open):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._open, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
@@ -105,24 +132,62 @@ class WyomingServer:
                     wake=[s.wake.program()] if s.wake else [],
                     satellite=s.satellite.info() if s.satellite else None)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """asyncio's callback for a new connection: serves it in a task of ours.
+
+        Not a coroutine on purpose: `start_server` wraps a coroutine callback in a task whose
+        done-callback calls `task.exception()`, which raises on a cancelled task, so stopping the
+        server with clients connected logged a CancelledError traceback at ERROR (Python 3.11)."""
+        if self.stopping:  # accepted just as the server was closing
+            writer.close()
+            return
+        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         peer = _peer(writer)
-        if len(self._open) >= self.settings.max_connections:
-            self.stats.refused_busy += 1
-            log.warning("wyoming connection from %s refused: %d connections open", peer, len(self._open))
-            with contextlib.suppress(Exception):
-                await write_event(writer, Error(text="server busy", code="busy").event(), 1.0)
-            await _close(writer)
-            return
-        self._open.add(task)
-        self.stats.connections += 1
+        hang_up = False
         try:
-            await Connection(self, reader, writer, peer).run()
+            if not await self._make_room(peer):
+                self.stats.refused_busy += 1
+                log.warning("wyoming connection from %s refused: %d connections open, all of them working",
+                            peer, len(self._open))
+                with contextlib.suppress(Exception):
+                    await write_event(writer, Error(text="server busy", code="busy").event(), 1.0)
+                hang_up = True
+                return
+            connection = Connection(self, reader, writer, peer)
+            self._open[task] = connection
+            self.stats.connections += 1
+            try:
+                hang_up = await connection.run()
+            finally:
+                del self._open[task]
         finally:
-            self._open.discard(task)
+            if hang_up:
+                await _hang_up(reader, writer)
             await _close(writer)
+
+    async def _make_room(self, peer: str) -> bool:
+        """True when a connection may be opened: below `max_connections`, or once the connection idle
+        the longest with nothing in flight has been displaced."""
+        loop = asyncio.get_running_loop()
+        # Checked again after each displacement: another newcomer may have taken the slot meanwhile.
+        while len(self._open) >= self.settings.max_connections:
+            now = loop.time()
+            idle = [(c.last_active, task, c) for task, c in self._open.items()
+                    if not c.leaving and not c.in_flight(now)]
+            if not idle:
+                return False
+            _, task, victim = min(idle, key=lambda entry: entry[0])
+            self.stats.displaced += 1
+            log.warning("wyoming connection from %s displaces %s (idle %.1f s; %d connections open)",
+                        peer, victim.peer, now - victim.last_active, len(self._open))
+            await victim.displace(task)
+        return True
 
 
 class Connection:
@@ -143,48 +208,103 @@ class Connection:
                                                    if services.satellite else None)
         self._audio_to: AsrSession | WakeSession | None = self.asr or self.wake
         """Who the client's audio is for: the service of its last `transcribe` or `detect`."""
+        self.last_active = asyncio.get_running_loop().time()
+        """When the client last sent an event other than `ping`, or a request of its was finished."""
+        self.working = False
+        """An event of the client's is being carried out."""
+        self.leaving = False
+        """Being displaced: not a candidate again."""
+
+    def in_flight(self, now: float) -> bool:
+        """Whether closing this connection would cut work short: a request being carried out, a
+        stream (audio, streamed text) whose events are still coming (one silent for
+        `event_timeout_s` is stalled, not in flight), or Home Assistant running the satellite."""
+        if self.working or (self.satellite is not None and self.satellite.running):
+            return True
+        sessions: tuple[TtsSession | AsrSession | WakeSession | None, ...] = (self.tts, self.asr, self.wake)
+        streaming = any(session is not None and session.streaming for session in sessions)
+        return streaming and now - self.last_active < self.server.limits.event_timeout_s
+
+    @property
+    def ending(self) -> bool:
+        """Being closed (displaced, or the server stopping).
+
+        Cancelling the connection's task ends it; this ends it too where a cancellation is lost:
+        `asyncio.wait_for` before Python 3.12 drops one that arrives just as its inner await
+        completes (a read that has its data, a write that went out), and the connection would
+        carry on with its request. Cancelling it again instead could cut short its cleanup (the
+        close of a synthesis under way)."""
+        return self.leaving or self.server.stopping
+
+    async def displace(self, task: asyncio.Task[None]) -> None:
+        """Make room for a newcomer: tell the client, end this connection and wait until it has."""
+        self.leaving = True
+        with contextlib.suppress(Exception):
+            text = "server full: the connection idle the longest was closed"
+            await write_event(self.writer, Error(text=text, code="displaced").event(), 1.0)
+        task.cancel()
+        await asyncio.wait({task}, timeout=DISPLACE_WAIT_S)
 
     async def send(self, event: Event) -> None:
+        if self.ending:
+            raise ConnectionAbortedError("connection closed by the server")
         async with self._write_lock:
             await write_event(self.writer, event, self.server.limits.event_timeout_s)
 
-    async def run(self) -> None:
+    async def run(self) -> bool:
+        """Carry out the client's events until it leaves; True when the server ends the connection
+        after an `error` event (see `_hang_up`)."""
         log.debug("wyoming client %s connected", self.peer)
         stats = self.server.stats
+        loop = asyncio.get_running_loop()
         try:
-            while (event := await self.events.read()) is not None:
+            while not self.ending and (event := await self.events.read()) is not None:
+                for_satellite = self.satellite is not None and self.satellite.takes(event.type)
+                self.working = True
                 try:
-                    await self.handle(event)
+                    await self.handle(event, for_satellite)
                 except Refused as exc:
                     stats.refused_requests += 1
                     stats.by_code[exc.code] = stats.by_code.get(exc.code, 0) + 1
                     log.warning("wyoming %s from %s refused: %s", event.type, self.peer, exc)
                     await self.send(Error(text=str(exc), code=exc.code).event())
+                    if not for_satellite:
+                        return True
+                finally:
+                    self.working = False
+                    if event.type != "ping":  # a ping is not activity: idle counts on through it
+                        self.last_active = loop.time()
+            return False
         except FramingError as exc:
             stats.framing_errors += 1
             stats.by_code[exc.code] = stats.by_code.get(exc.code, 0) + 1
             log.warning("wyoming client %s dropped: %s", self.peer, exc)
-            if exc.code != "write-timeout":
-                with contextlib.suppress(Exception):
-                    await write_event(self.writer, Error(text=str(exc), code=exc.code).event(), 1.0)
+            if exc.code == "write-timeout":
+                return False  # it reads nothing: no error event, no lingering
+            with contextlib.suppress(Exception):
+                await write_event(self.writer, Error(text=str(exc), code=exc.code).event(), 1.0)
+            return True
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             log.debug("wyoming client %s went away: %s", self.peer, exc)
+            return False
         except Exception as exc:  # one connection's failure must not reach the server
             stats.failures += 1
             log.exception("wyoming connection %s failed", self.peer)
             with contextlib.suppress(Exception):
                 await write_event(self.writer, Error(text=_first_line(exc), code="internal").event(), 1.0)
+            return True
         finally:
             if self.satellite is not None:
                 await self.satellite.close()
             if self.wake is not None:
                 await self.wake.close()
-        log.debug("wyoming client %s disconnected", self.peer)
+            log.debug("wyoming client %s disconnected", self.peer)
 
-    async def handle(self, event: Event) -> None:
+    async def handle(self, event: Event, for_satellite: bool = False) -> None:
+        """Carry out one event; `for_satellite`: Home Assistant driving the satellite sent it."""
         kind = event.type
-        if self.satellite is not None and self.satellite.takes(kind):
-            await self.satellite.handle(event)  # Home Assistant driving the satellite: no service request
+        if for_satellite and self.satellite is not None:
+            await self.satellite.handle(event)  # not a service request
         elif kind == "describe":
             await self.send(self.server.info().event())
         elif kind == "ping":
@@ -226,7 +346,34 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+async def _hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """End our side after an `error` event, then read and drop what the client still sends.
+
+    The end of stream (FIN) follows the error, so a client that waits for `audio-stop` or a closed
+    connection stops at once. Closing a socket with unread data in it would send a reset instead,
+    which can destroy the error before the client reads it; so what is still on its way (the rest
+    of a refused audio stream) is read and dropped, for at most `LINGER_S` and `LINGER_BYTES`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LINGER_S
+    dropped = 0
+    with contextlib.suppress(ConnectionError, OSError, RuntimeError, *TIMEOUTS):
+        if writer.can_write_eof():
+            await asyncio.wait_for(writer.drain(), LINGER_S)
+            writer.write_eof()
+        while dropped < LINGER_BYTES and (left := deadline - loop.time()) > 0:
+            data = await asyncio.wait_for(reader.read(65536), left)
+            if not data:
+                break
+            dropped += len(data)
+
+
 async def _close(writer: asyncio.StreamWriter) -> None:
+    """Close after what is still buffered has been sent; a peer that takes none of it within a
+    second is reset (a transport keeps a socket open for as long as it has data to send)."""
     writer.close()
-    with contextlib.suppress(Exception):
+    try:
         await asyncio.wait_for(writer.wait_closed(), 1.0)
+    except TIMEOUTS:
+        writer.transport.abort()
+    except Exception:  # already gone (reset, broken pipe): closed either way
+        pass

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+import threading
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -132,6 +133,11 @@ class TtsSession:
         await self.send(SynthesizeStopped().event())
 
     @property
+    def streaming(self) -> bool:
+        """A streamed text is open (`synthesize-start` without its `synthesize-stop` yet)."""
+        return self._stream is not None
+
+    @property
     def _limit(self) -> int:
         return self.service.settings.wyoming.max_text_chars
 
@@ -145,10 +151,10 @@ class TtsSession:
             raise Refused(f"unknown voice {voice!r} (known: {', '.join(sorted(known))})", "unknown-voice")
         synth = self.service.synth()
         per_chunk = self.service.settings.wyoming.samples_per_chunk
-        chunks = iter(synth.stream(text, voice))
+        chunks = _Chunks(synth.stream(text, voice))
         rate = 0
         try:
-            while not budget.spent and (chunk := await _next_chunk(chunks)) is not None:
+            while not budget.spent and (chunk := await chunks.next()) is not None:
                 if not rate:
                     rate = chunk.sample_rate
                     await self.send(start_event(rate))
@@ -159,7 +165,7 @@ class TtsSession:
                 for out in chunk_events(samples, rate, per_chunk):
                     await self.send(out)
         finally:
-            await asyncio.to_thread(_close, chunks)
+            await asyncio.to_thread(chunks.close)
         if not rate:  # nothing to say (only punctuation): still a well-formed, empty stream
             await self.send(start_event(synth.sample_rate(voice)))
         await self.send(Event(type="audio-stop", data={"timestamp": None}))
@@ -235,18 +241,33 @@ def _voice_name(voice: object) -> str | None:
     return name
 
 
-async def _next_chunk(chunks: Iterator[AudioChunk]) -> AudioChunk | None:
-    """The next chunk, made in a worker thread; a failing voice is a refusal the client is told of."""
-    try:
-        return await asyncio.to_thread(next, chunks, None)
-    except Exception as exc:
-        log.error("synthesis failed: %s", exc)
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise Refused(f"synthesis failed: {text}", "synthesis-failed") from exc
+class _Chunks:
+    """A voice's blocking chunk generator, advanced and closed from worker threads one hop at a time.
 
+    The lock makes `close` wait for a `next` still running: a request cancelled mid-chunk (the
+    server stopping, the client gone) would otherwise close a generator that is executing, which
+    raises ValueError instead of stopping the synthesis."""
 
-def _close(chunks: Iterator[AudioChunk]) -> None:
-    close = getattr(chunks, "close", None)
-    if close is not None:
-        close()
+    def __init__(self, chunks: Iterable[AudioChunk]) -> None:
+        self._chunks = iter(chunks)
+        self._lock = threading.Lock()
 
+    async def next(self) -> AudioChunk | None:
+        """The next chunk, made in a worker thread; a failing voice is a refusal the client is told of."""
+        try:
+            return await asyncio.to_thread(self._next)
+        except Exception as exc:
+            log.error("synthesis failed: %s", exc)
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise Refused(f"synthesis failed: {text}", "synthesis-failed") from exc
+
+    def _next(self) -> AudioChunk | None:
+        with self._lock:
+            return next(self._chunks, None)
+
+    def close(self) -> None:
+        """Stop the synthesis (blocking: call it from a worker thread)."""
+        with self._lock:
+            close = getattr(self._chunks, "close", None)
+            if close is not None:
+                close()

@@ -7,6 +7,12 @@ narrow the stream to some of those models by name. A detection is sent as soon
 as the chunk that decided it has been fed; the stream goes on (a later phrase
 can fire again after the engine's refractory period), and `audio-stop` with no
 detection is answered `not-detected`.
+
+A connection's wake audio is heard at most `wyoming.max_wake_speed` times real
+time (`Pace`): a live microphone sends a second of audio a second, a client that
+sends faster waits, chunk by chunk, and what it sends waits in the socket's
+buffers (nothing is dropped). Unpaced, one client streaming as fast as it could
+kept a core busy (11,984 s of audio in 40 s).
 """
 
 from __future__ import annotations
@@ -29,6 +35,27 @@ from edge_agent.wyoming.tts import ATTRIBUTION
 log = logging.getLogger(__name__)
 
 Send = Callable[[Event], Awaitable[None]]
+
+
+PACE_BURST_S = 2.0
+"""Seconds of audio a connection may send ahead of its pace (buffered audio after a stall)."""
+
+
+class Pace:
+    """At most `speed` seconds of audio a second, after a head start of `burst_s` (a token bucket
+    refilled at `speed`, holding at most `burst_s`): how long each piece of audio has to wait."""
+
+    def __init__(self, speed: float, burst_s: float, now: float) -> None:
+        self.speed = speed
+        self.burst_s = burst_s
+        self._credit_s = burst_s
+        self._at = now
+
+    def wait_s(self, audio_s: float, now: float) -> float:
+        """Seconds to wait before hearing `audio_s` more seconds of audio that arrived at `now`."""
+        self._credit_s = min(self.burst_s, self._credit_s + (now - self._at) * self.speed) - audio_s
+        self._at = now
+        return max(0.0, -self._credit_s / self.speed)
 
 
 class WakeService:
@@ -66,6 +93,14 @@ class WakeSession:
         self._engine: WakeEngine | None = None
         self._recording: Recording | None = None
         self._detected = False
+        loop = asyncio.get_running_loop()
+        self._clock = loop.time
+        self._pace = Pace(service.settings.wyoming.max_wake_speed, PACE_BURST_S, loop.time())
+
+    @property
+    def streaming(self) -> bool:
+        """An audio stream is open (`audio-start` without its `audio-stop` yet)."""
+        return self._recording is not None
 
     def detect(self, event: Event) -> None:
         names = event.data.get("names")
@@ -94,6 +129,9 @@ class WakeSession:
         samples = self._recording.push(event)
         if not samples.size:
             return
+        wait_s = self._pace.wait_s(samples.size / self._recording.rate, self._clock())
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)  # pacing, not synchronisation: the client's excess waits
         for found in await asyncio.to_thread(self._engine.feed, samples):
             self._detected = True
             log.info("wake word %s (p=%.2f) at %.2f s of a client's stream", found.model, found.probability,

@@ -6,6 +6,7 @@ Audio that comes back is checked by ear, that is by our Whisper: it must say the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -192,3 +193,30 @@ def test_transcribe_hears_a_command_at_16_and_22_khz(server: ServerThread, piper
         transcript = asyncio.run(go(rate))
         assert wer([clip.text], [transcript.text]) == 0.0, (rate, transcript.text)
         assert transcript.language == "en"
+
+
+def test_audio_over_max_audio_s_gets_one_error_and_ends_the_connection(server: ServerThread) -> None:
+    # Seen: one audio-too-long, then ~140 "audio-chunk before audio-start" errors and an idle timeout at
+    # 60 s, while Home Assistant's STT client (it ignores errors) waited for a transcript.
+    refused = server.server.stats.refused_requests
+    pcm = to_pcm16(np.zeros(25 * 16000, dtype=np.float32))  # the server takes 20 s
+
+    async def home_assistant() -> list[Event]:
+        async with AsyncTcpClient(server.host, server.port) as client:
+            with contextlib.suppress(ConnectionError):  # as Home Assistant, which catches OSError
+                await client.write_event(Transcribe(language="en").event())
+                await client.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+                for i in range(0, len(pcm), 2048):
+                    await client.write_event(AudioChunk(rate=16000, width=2, channels=1,
+                                                        audio=pcm[i:i + 2048]).event())
+                await client.write_event(AudioStop().event())
+            events = []
+            while (event := await client.read_event()) is not None:  # until transcript or closed
+                events.append(event)
+                if event.type == "transcript":
+                    break
+            return events
+
+    events = asyncio.run(asyncio.wait_for(home_assistant(), 2.0))
+    assert [(e.type, e.data.get("code")) for e in events] == [("error", "audio-too-long")]
+    assert server.server.stats.refused_requests == refused + 1  # the rest of the stream was dropped quietly

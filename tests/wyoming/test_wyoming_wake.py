@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from wyoming.wake import Detect, Detection
 from edge_agent.audio.resample import resample
 from edge_agent.audio.wav import to_pcm16
 from edge_agent.bench.clips import load_16k, piper_clip
+from edge_agent.wyoming.wake import PACE_BURST_S, Pace
 from tests.wyoming.wyoming_support import ServerThread, make_server
 
 
@@ -82,6 +84,51 @@ def test_other_speech_or_another_wake_word_is_not_detected(server: ServerThread,
     assert [e.type for e in asyncio.run(_stream(server, ["hey_jarvis"], speech["nabu"]))] == ["not-detected"]
 
 
-def test_an_unknown_wake_word_is_refused(server: ServerThread) -> None:
-    answers = asyncio.run(_stream(server, ["hey_computer"], silence(0.1)))
-    assert Error.from_event(answers[0]).code == "unknown-wake-word"
+def test_an_unknown_wake_word_is_refused_and_the_connection_ended(server: ServerThread) -> None:
+    async def go() -> list[Event]:
+        async with AsyncTcpClient(server.host, server.port) as client:
+            await client.write_event(Detect(names=["hey_computer"]).event())
+            answers = []
+            while (event := await asyncio.wait_for(client.read_event(), 5)) is not None:
+                answers.append(event)
+            return answers
+
+    answers = asyncio.run(go())
+    assert [Error.from_event(e).code for e in answers] == ["unknown-wake-word"]
+
+
+def test_pace_lets_a_head_start_through_then_holds_audio_to_its_speed() -> None:
+    pace = Pace(speed=2.0, burst_s=2.0, now=100.0)
+    assert pace.wait_s(2.0, 100.0) == 0.0  # the head start
+    assert pace.wait_s(1.0, 100.0) == 0.5  # then 1 s of audio per 0.5 s at twice real time
+    assert pace.wait_s(1.0, 100.5) == 0.5  # waited its turn: the next second is due at 101.0
+    assert pace.wait_s(1.0, 110.0) == 0.0  # a pause earns the head start back, no more
+    assert pace.wait_s(2.0, 110.0) == 0.5
+
+
+def test_max_wake_speed_must_be_positive() -> None:
+    from edge_agent.config import WyomingSettings
+
+    with pytest.raises(ValueError, match="max_wake_speed: must be positive"):
+        WyomingSettings(max_wake_speed=0)
+
+
+def test_a_client_streaming_faster_than_max_wake_speed_waits_and_loses_nothing(
+        local_synth: Any, speech: dict[str, Any]) -> None:
+    # Seen: one detect client had 11,984 s of audio heard in 40 s, a core busy for as long as it sent.
+    speed = 8.0
+    paced = make_server(local_synth, None, wake_models=("okay_nabu",), max_wake_speed=speed)
+    audio = np.concatenate([silence(10.0), speech["nabu"]])
+    try:
+        started = time.monotonic()
+        answers = asyncio.run(_stream(paced, ["okay_nabu"], audio))
+        elapsed = time.monotonic() - started
+    finally:
+        paced.close()
+    # A lower bound on the time taken, which load can only lengthen: the audio after the head
+    # start was heard no faster than `speed` times real time.
+    assert elapsed >= (audio.size / 16000 - PACE_BURST_S) / speed
+    # Nothing was dropped: the wake word 10 s into the stream is heard where it was said.
+    assert [e.type for e in answers] == ["detection"]
+    timestamp = Detection.from_event(answers[0]).timestamp
+    assert timestamp is not None and 10500 < timestamp < 12500
