@@ -577,8 +577,14 @@ class OffloadSettings:
 
     @property
     def targets(self) -> tuple[str, ...]:
-        """Every configured server URI, `server` first, each once."""
+        """Every configured server URI, `server` first, each once: the one list every caller uses
+        (`server` and `servers` are two spellings of it)."""
         return tuple(dict.fromkeys(((self.server,) if self.server else ()) + self.servers))
+
+    @property
+    def offloads(self) -> bool:
+        """Whether synthesis may leave the device: a server is configured and policy is not local."""
+        return bool(self.targets) and self.policy != "local"
 
 
 @dataclass(frozen=True)
@@ -836,8 +842,8 @@ def validate(settings: Settings) -> None:
     """Checks that span sections or need the model catalog (voices are catalog ids)."""
     catalog = load_catalog(settings.models.catalog)
     catalog.check_voice("tts.voice", settings.tts.voice)
-    if settings.offload.policy == "remote" and not settings.offload.server:
-        raise ConfigError("offload.policy: 'remote' needs offload.server (tcp://HOST:PORT)")
+    if settings.offload.policy == "remote" and not settings.offload.targets:
+        raise ConfigError("offload.policy: 'remote' needs offload.server or offload.servers (tcp://HOST:PORT)")
     for key, voice in [("offload.voice", settings.offload.voice)] + [
         (f"server.voices[{i}]", v) for i, v in enumerate(settings.server.voices)
     ]:
