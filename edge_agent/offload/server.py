@@ -58,7 +58,7 @@ from edge_agent.offload.scheduler import (
     Ticket,
     sentence_work,
 )
-from edge_agent.offload.transport import ConnectionClosed, FramedConnection
+from edge_agent.offload.transport import ConnectionClosed, FramedConnection, cancel_and_wait
 from edge_agent.tts.voice import Voice
 
 log = logging.getLogger(__name__)
@@ -115,6 +115,8 @@ class SynthServer:
         """Every open connection's session."""
         self._handshaking: dict[_Session, None] = {}
         """Sessions still in their handshake, oldest first (a dict keeps insertion order)."""
+        self._handlers: set[asyncio.Task[Any]] = set()
+        """Every connection handler still running: shutdown waits for them all."""
         self._authenticated = 0
         self._idle = asyncio.Event()
         self._no_sessions = asyncio.Event()
@@ -143,6 +145,18 @@ class SynthServer:
         return self.address
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.draining:  # accepted just before the listener closed
+            writer.close()
+            return
+        handler = asyncio.current_task()
+        assert handler is not None  # start_server runs each connection in a task of its own
+        self._handlers.add(handler)
+        try:
+            await self._connection(reader, writer)
+        finally:
+            self._handlers.discard(handler)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         s = self.settings
         conn = FramedConnection(reader, writer, max_payload=s.max_frame_bytes,
                                 frame_timeout=s.frame_timeout_s, write_timeout=s.write_timeout_s)
@@ -210,6 +224,10 @@ class SynthServer:
             await session.terminate()
         with contextlib.suppress(*TIMEOUTS):  # connection handlers unwind after their sockets close
             await asyncio.wait_for(self._no_sessions.wait(), 2.0)
+        # A handler still running (stuck in a write, say) is cancelled and awaited: none may
+        # outlive the server, to log into a closed stream or touch a stopped loop.
+        for handler in list(self._handlers):
+            await cancel_and_wait(handler)
         await self.scheduler.stop()
         log.info("metrics %s", json.dumps(self.metrics.snapshot()))
 
@@ -444,8 +462,16 @@ class _Session:
         await self.conn.close()
 
 
+async def _other_tasks() -> list[str]:
+    return [repr(t) for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+
 class ServerThread:
-    """A `SynthServer` on its own event loop in a background thread (benchmarks, tests, embedding)."""
+    """A `SynthServer` on its own event loop in a background thread (benchmarks, tests, embedding).
+
+    `left_running`, after `stop`: the tasks that the server's shutdown left on its loop (none, or
+    shutdown did not wait for everything it started); `stop` then cancels them.
+    """
 
     def __init__(self, settings: ServerSettings, voices: Mapping[str, Voice], psk: bytes | None, *,
                  tls: ssl.SSLContext | None = None) -> None:
@@ -464,6 +490,7 @@ class ServerThread:
             self._stop_loop()
             raise
         self.host, self.port = self.server.address
+        self.left_running: list[str] = []
         self.uri = f"{'tls' if tls else 'tcp'}://127.0.0.1:{self.port}"
 
     def call(self, coro: Any, timeout: float = 60) -> Any:
@@ -474,6 +501,7 @@ class ServerThread:
         if self.loop.is_closed() or not self.loop.is_running():
             return
         self.call(self.server.shutdown())
+        self.left_running = self.call(_other_tasks())
         self._stop_loop()
 
     def _stop_loop(self) -> None:
