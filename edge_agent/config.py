@@ -613,9 +613,17 @@ class ServerSettings:
     """Open streams the server accepts before answering BUSY."""
     max_connections: int = 256
     """Authenticated connections beyond this are answered BUSY and closed."""
-    max_handshakes: int = 32
-    """Connections still in their handshake at once (not counted in `max_connections`); a new
-    one beyond this closes the oldest, so clients that never finish cannot lock others out."""
+    max_handshakes: int = 512
+    """Connections that have not sent a complete HELLO yet (not counted in `max_connections`);
+    as many again may have sent it and owe their AUTH. A new one beyond this closes one no
+    further on than itself: from the address holding the most, its oldest. Keep it above the
+    half-open connections an attack may hold: every one closed comes straight back and costs an
+    accept (and above 100: one burst of accepts comes in before anyone's first bytes are read)."""
+    max_handshakes_per_source: int = 0
+    """Connections in each handshake stage from one address (an IPv6 /64); one more closes that
+    address's oldest. 0: no cap (the default: a full budget already closes the busiest address's
+    first, and a cap turns a held connection into one reopened at once, at the attacker's rate).
+    Never where many devices share one address (NAT, a proxy)."""
     max_streams_per_connection: int = 8
     max_text_chars: int = 5000
     max_sentence_chars: int = 300
@@ -658,6 +666,8 @@ class ServerSettings:
                   "write_timeout_s")
         if self.shutdown_grace_s < 0 or self.metrics_interval_s < 0:
             raise ValueError("shutdown_grace_s and metrics_interval_s must not be negative")
+        if self.max_handshakes_per_source < 0:
+            raise ValueError("max_handshakes_per_source: must not be negative (0 is no cap)")
         _frame_limit(self.max_frame_bytes)
 
 
