@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edge_agent.config import Endpoint, parse_uri
+from edge_agent.errors import TIMEOUTS
 from edge_agent.offload import messages as m
 from edge_agent.offload.client import ClientConnection
 
@@ -166,7 +167,7 @@ async def honest_request(endpoint: Endpoint, psk: bytes | None, voice: str, with
                 return ""
             if isinstance(answer, m.Error | Exception):
                 return f"request: {answer}"
-    except (TimeoutError, asyncio.TimeoutError):
+    except TIMEOUTS:
         return f"request: no END within {within_s:g} s"
     finally:
         await conn.close()
@@ -194,7 +195,7 @@ def measure(port: int, psk: bytes | None, *, count: int, sources: list[str], req
     attack = Slowloris(port, count, sources)
     attack.start()
     try:
-        time.sleep(settle_s)  # let the attack reach its count before the first honest request
+        time.sleep(settle_s)  # the attack alone first (measurement design, not a wait for an event)
         held = attack.held()
         outcome = asyncio.run(honest_requests(Endpoint("tcp", "127.0.0.1", port), psk, requests,
                                               voice=voice, within_s=within_s))
