@@ -582,8 +582,14 @@ class OffloadSettings:
 
     @property
     def targets(self) -> tuple[str, ...]:
-        """Every configured server URI, `server` first, each once."""
+        """Every configured server URI, `server` first, each once: the one list every caller uses
+        (`server` and `servers` are two spellings of it)."""
         return tuple(dict.fromkeys(((self.server,) if self.server else ()) + self.servers))
+
+    @property
+    def offloads(self) -> bool:
+        """Whether synthesis may leave the device: a server is configured and policy is not local."""
+        return bool(self.targets) and self.policy != "local"
 
 
 @dataclass(frozen=True)
@@ -614,9 +620,17 @@ class ServerSettings:
     """Open streams the server accepts before answering BUSY."""
     max_connections: int = 256
     """Authenticated connections beyond this are answered BUSY and closed."""
-    max_handshakes: int = 32
-    """Connections still in their handshake at once (not counted in `max_connections`); a new
-    one beyond this closes the oldest, so clients that never finish cannot lock others out."""
+    max_handshakes: int = 512
+    """Connections that have not sent a complete HELLO yet (not counted in `max_connections`);
+    as many again may have sent it and owe their AUTH. A new one beyond this closes one no
+    further on than itself: from the address holding the most, its oldest. Keep it above the
+    half-open connections an attack may hold: every one closed comes straight back and costs an
+    accept (and above 100: one burst of accepts comes in before anyone's first bytes are read)."""
+    max_handshakes_per_source: int = 0
+    """Connections in each handshake stage from one address (an IPv6 /64); one more closes that
+    address's oldest. 0: no cap (the default: a full budget already closes the busiest address's
+    first, and a cap turns a held connection into one reopened at once, at the attacker's rate).
+    Never where many devices share one address (NAT, a proxy)."""
     max_streams_per_connection: int = 8
     """Open streams one connection may have; more are refused (TOO_MANY_STREAMS)."""
     max_text_chars: int = 5000
@@ -663,6 +677,8 @@ class ServerSettings:
                   "write_timeout_s")
         if self.shutdown_grace_s < 0 or self.metrics_interval_s < 0:
             raise ValueError("shutdown_grace_s and metrics_interval_s must not be negative")
+        if self.max_handshakes_per_source < 0:
+            raise ValueError("max_handshakes_per_source: must not be negative (0 is no cap)")
         _frame_limit(self.max_frame_bytes)
 
 
@@ -855,8 +871,8 @@ def validate(settings: Settings) -> None:
     """Checks that span sections or need the model catalog (voices are catalog ids)."""
     catalog = load_catalog(settings.models.catalog)
     catalog.check_voice("tts.voice", settings.tts.voice)
-    if settings.offload.policy == "remote" and not settings.offload.server:
-        raise ConfigError("offload.policy: 'remote' needs offload.server (tcp://HOST:PORT)")
+    if settings.offload.policy == "remote" and not settings.offload.targets:
+        raise ConfigError("offload.policy: 'remote' needs offload.server or offload.servers (tcp://HOST:PORT)")
     for key, voice in [("offload.voice", settings.offload.voice)] + [
         (f"server.voices[{i}]", v) for i, v in enumerate(settings.server.voices)
     ]:

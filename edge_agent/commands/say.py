@@ -25,16 +25,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
              common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("say", parents=[common], help="speak TEXT (or write it to a WAV file)",
                        description="Synthesize TEXT with the local voice, or on an offload server "
-                                   "(--remote, or offload.server); '-' reads it from stdin.")
+                                   "(--remote, or offload.server / offload.servers); '-' reads it "
+                                   "from stdin.")
     p.add_argument("text", metavar="TEXT")
     p.add_argument("--voice", metavar="ID", help="voice id (default: tts.voice)")
     p.add_argument("--out", metavar="FILE.wav", type=Path, help="write a WAV file instead of playing")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--local", action="store_true", help="synthesize on this device only")
     where.add_argument("--remote", metavar="URI",
-                       help="offload to an `edge-agent serve` at tcp://HOST:PORT (or tls://); the key "
-                            "comes from offload.psk_file or $EDGE_OFFLOAD_PSK; with policy auto a "
-                            "failing server falls back to the local voice")
+                       help="offload to this `edge-agent serve` alone, at tcp://HOST:PORT (or tls://), "
+                            "instead of the configured offload servers; the key comes from "
+                            "offload.psk_file or $EDGE_OFFLOAD_PSK; with policy auto a failing server "
+                            "falls back to the local voice")
     p.set_defaults(handler=run)
 
 
@@ -56,13 +58,13 @@ def open_out(path: Path, sample_rate: int, volume: float) -> Sink:
 def _context(args: argparse.Namespace) -> tuple[Context, bool]:
     """Settings with the verb's flags applied, and whether synthesis may go remote."""
     overrides: dict[str, Any] = {}
-    if args.remote:
+    if args.remote:  # this server instead of the configured list, not added to it
         overrides["offload.server"] = args.remote
+        overrides["offload.servers"] = []
     if args.local:
         overrides["offload.policy"] = "local"
     ctx = Context(args, overrides)
-    offload = ctx.settings.offload
-    remote = bool(offload.server) and offload.policy != "local"
+    remote = ctx.settings.offload.offloads
     if args.voice and not remote:
         ctx = Context(args, overrides | {"tts.voice": args.voice})
     return ctx, remote
@@ -127,9 +129,10 @@ def _run_routed(args: argparse.Namespace, ctx: Context, text: str) -> int:
         router.close()
     sink.close()
     used = "+".join(dict.fromkeys(engines)) or "none"
-    if "local" in engines and args.remote:
+    if "local" in engines:
+        servers = ", ".join(settings.offload.targets)
         print(f"edge-agent: {engines.count('local')} of {len(engines)} sentences spoken locally "
-              f"(server {args.remote} unavailable or failing)", file=sys.stderr)
+              f"(offload {servers} unavailable or failing)", file=sys.stderr)
     log.info("spoke %.2f s of audio in %d sentences (%s); first audio after %.3f s",
              stats.audio_s, stats.sentences, used, stats.first_audio_s or 0.0)
     if args.out is not None:

@@ -251,7 +251,7 @@ def make_synthesizer(settings: Settings, store: ModelStore) -> SynthRouter:
     local = LocalSynthesizer(VoiceRegistry(store, settings.tts, accel=for_use(settings, "tts")), settings.tts)
     offload = settings.offload
     pool = None
-    if offload.targets and offload.policy != "local":
+    if offload.offloads:
         pool = ServerPool(offload, load_psk(offload.psk_file))
         pool.start()
     return SynthRouter(local, offload, pool)

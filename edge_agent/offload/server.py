@@ -17,7 +17,9 @@ from typing import Any
 from edge_agent import __version__
 from edge_agent.config import ServerSettings
 from edge_agent.errors import TIMEOUTS, ConfigError
+from edge_agent.logs import Throttle
 from edge_agent.offload import auth
+from edge_agent.offload.admission import HandshakeSlots
 from edge_agent.offload.codecs import OPUS_RATES, SentenceEncoder, available_codecs, opus_rate
 from edge_agent.offload.messages import (
     MAC_SIZE,
@@ -58,7 +60,7 @@ from edge_agent.offload.scheduler import (
     Ticket,
     sentence_work,
 )
-from edge_agent.offload.transport import ConnectionClosed, FramedConnection
+from edge_agent.offload.transport import ConnectionClosed, FramedConnection, cancel_and_wait
 from edge_agent.tts.voice import Voice
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,26 @@ def check_key(settings: ServerSettings, psk: bytes | None) -> None:
         raise ConfigError(f"server.insecure: only allowed on a loopback address, not {settings.host!r}")
 
 
+FILES_BESIDES_CONNECTIONS = 64
+"""Open files a server needs besides its sockets (models, logs, the listener, the metrics port)."""
+
+
+def raise_file_limit(needed: int) -> None:
+    """Raise the soft limit on open files to `needed`, as far as the hard limit allows: every
+    connection, half-open ones included, holds a descriptor, and a budget the limit cannot hold
+    would fail accepts (asyncio then stops accepting for a second) long before it is full."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < needed:
+        log.warning("open-file limit is %d, below the %d that server.max_connections and twice "
+                    "server.max_handshakes may need: raise it (systemd: LimitNOFILE)", target, needed)
+
+
 @dataclass
 class _Stream:
     id: int
@@ -113,8 +135,12 @@ class SynthServer:
         self._server: asyncio.Server | None = None
         self._sessions: set[_Session] = set()
         """Every open connection's session."""
-        self._handshaking: dict[_Session, None] = {}
-        """Sessions still in their handshake, oldest first (a dict keeps insertion order)."""
+        self._handshaking: HandshakeSlots[_Session] = HandshakeSlots(settings.max_handshakes,
+                                                                     settings.max_handshakes_per_source)
+        """Sessions still in their handshake, and whom to close when there are too many."""
+        self._handlers: set[asyncio.Task[Any]] = set()
+        self._handshake_log = Throttle(10.0)
+        """Every connection handler still running: shutdown waits for them all."""
         self._authenticated = 0
         self._idle = asyncio.Event()
         self._no_sessions = asyncio.Event()
@@ -127,6 +153,8 @@ class SynthServer:
 
     async def start(self) -> tuple[str, int]:
         """Listen; returns the bound (host, port) (port 0 picks a free one)."""
+        s = self.settings
+        raise_file_limit(s.max_connections + 2 * s.max_handshakes + FILES_BESIDES_CONNECTIONS)
         self.scheduler.start()
         self._idle.set()
         self._no_sessions.set()
@@ -143,20 +171,27 @@ class SynthServer:
         return self.address
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.draining:  # accepted just before the listener closed
+            writer.close()
+            return
+        handler = asyncio.current_task()
+        assert handler is not None  # start_server runs each connection in a task of its own
+        self._handlers.add(handler)
+        try:
+            await self._connection(reader, writer)
+        finally:
+            self._handlers.discard(handler)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         s = self.settings
         conn = FramedConnection(reader, writer, max_payload=s.max_frame_bytes,
                                 frame_timeout=s.frame_timeout_s, write_timeout=s.write_timeout_s)
         deadline = asyncio.get_running_loop().time() + s.handshake_timeout_s
         session = _Session(self, conn, deadline)
-        if len(self._handshaking) >= s.max_handshakes:
-            # Unauthenticated connections have their own small budget; when it is full the
-            # oldest goes (it has had the longest to finish). An honest client needs one round
-            # trip, so a flood of half-open connections cannot keep it out.
-            oldest = next(iter(self._handshaking))
-            del self._handshaking[oldest]  # now: its task unwinds later
-            self.metrics.count("handshakes_evicted")
-            oldest.evict()
-        self._handshaking[session] = None
+        peer = writer.get_extra_info("peername")
+        # Unauthenticated connections have a budget of their own; `HandshakeSlots` says whom a
+        # full one closes (never a connection further on in its handshake than the newcomer).
+        self._evict(self._handshaking.arrive(session, str(peer[0]) if isinstance(peer, tuple) else ""))
         self._sessions.add(session)
         self._no_sessions.clear()
         self.metrics.open_connections += 1
@@ -164,7 +199,7 @@ class SynthServer:
         try:
             await session.run()
         finally:
-            self._handshaking.pop(session, None)
+            self._handshaking.leave(session)
             self._sessions.discard(session)
             if session.authenticated:
                 self._authenticated -= 1
@@ -172,9 +207,27 @@ class SynthServer:
                 self._no_sessions.set()
             self.metrics.open_connections -= 1
 
+    def _evict(self, sessions: list[_Session]) -> None:
+        for session in sessions:
+            self.metrics.count("handshakes_evicted")
+            session.evict()  # its handler unwinds on its next read
+
+    def handshake_failed(self, peer: str, exc: ProtocolError) -> None:
+        """Log a failed handshake, at most one line per 10 s: a flood of half-open connections
+        fails hundreds a second, and a line each would cost the loop (and fill the log) for them."""
+        if self._handshake_log.ready():
+            also = self._handshake_log.take_suppressed()
+            log.warning("%s: %s: %s; closing%s", peer, type(exc).__name__, exc,
+                        f" ({also} more failed handshakes in the last {self._handshake_log.interval_s:g} s, "
+                        "counted in the metrics)" if also else "")
+
+    def hello_received(self, session: _Session) -> None:
+        """A session sent a complete HELLO: it is now only pushed out by others that did too."""
+        self._evict(self._handshaking.hello(session))
+
     def admit(self, session: _Session) -> bool:
         """A session proved its key: count it against `max_connections`; False if that is full."""
-        self._handshaking.pop(session, None)
+        self._handshaking.leave(session)
         if self._authenticated >= self.settings.max_connections:
             self.metrics.count("rejected_connections")
             log.warning("%s: refused, %d authenticated connections open", session.conn.peer,
@@ -210,6 +263,10 @@ class SynthServer:
             await session.terminate()
         with contextlib.suppress(*TIMEOUTS):  # connection handlers unwind after their sockets close
             await asyncio.wait_for(self._no_sessions.wait(), 2.0)
+        # A handler still running (stuck in a write, say) is cancelled and awaited: none may
+        # outlive the server, to log into a closed stream or touch a stopped loop.
+        for handler in list(self._handlers):
+            await cancel_and_wait(handler)
         await self.scheduler.stop()
         log.info("metrics %s", json.dumps(self.metrics.snapshot()))
 
@@ -241,7 +298,10 @@ class _Session:
         except ProtocolError as exc:
             counter = "auth_failures" if isinstance(exc, AuthenticationFailed) else "protocol_errors"
             self.server.metrics.count(counter)
-            log.warning("%s: %s: %s; closing", self.conn.peer, type(exc).__name__, exc)
+            if self.authenticated:
+                log.warning("%s: %s: %s; closing", self.conn.peer, type(exc).__name__, exc)
+            else:
+                self.server.handshake_failed(self.conn.peer, exc)
             self._cancel_all()
             await self.conn.close(exc)
         except ConnectionClosed:
@@ -251,8 +311,9 @@ class _Session:
             await self.conn.close()
 
     def evict(self) -> None:
-        """Close a connection still in its handshake to make room for a newer one."""
-        log.info("%s: handshake slot taken by a newer connection; closing", self.conn.peer)
+        """Close a connection still in its handshake to make room for another."""
+        # Debug, not info: under a flood this runs for every attacking connection.
+        log.debug("%s: handshake slot given to another connection; closing", self.conn.peer)
         self.conn.abort()
 
     async def _handshake(self) -> None:
@@ -266,6 +327,7 @@ class _Session:
         self.codecs = codecs_in(hello.codecs) & self.server.codecs
         if not self.codecs:
             raise UnexpectedMessage("no audio codec in common")
+        self.server.hello_received(self)
         psk = self.server.psk
         challenge = Challenge(auth.new_nonce(), codec_mask(self.server.codecs), self.settings.max_frame_bytes,
                               f"edge-agent serve {__version__}", noauth=psk is None)
@@ -444,8 +506,16 @@ class _Session:
         await self.conn.close()
 
 
+async def _other_tasks() -> list[str]:
+    return [repr(t) for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+
 class ServerThread:
-    """A `SynthServer` on its own event loop in a background thread (benchmarks, tests, embedding)."""
+    """A `SynthServer` on its own event loop in a background thread (benchmarks, tests, embedding).
+
+    `left_running`, after `stop`: the tasks that the server's shutdown left on its loop (none, or
+    shutdown did not wait for everything it started); `stop` then cancels them.
+    """
 
     def __init__(self, settings: ServerSettings, voices: Mapping[str, Voice], psk: bytes | None, *,
                  tls: ssl.SSLContext | None = None) -> None:
@@ -464,6 +534,7 @@ class ServerThread:
             self._stop_loop()
             raise
         self.host, self.port = self.server.address
+        self.left_running: list[str] = []
         self.uri = f"{'tls' if tls else 'tcp'}://127.0.0.1:{self.port}"
 
     def call(self, coro: Any, timeout: float = 60) -> Any:
@@ -474,6 +545,7 @@ class ServerThread:
         if self.loop.is_closed() or not self.loop.is_running():
             return
         self.call(self.server.shutdown())
+        self.left_running = self.call(_other_tasks())
         self._stop_loop()
 
     def _stop_loop(self) -> None:

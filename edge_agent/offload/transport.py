@@ -138,10 +138,13 @@ class FramedConnection:
 
     async def close(self, error: ProtocolError | Error | None = None) -> None:
         """Close, first sending `error` as an ERROR frame on stream 0 (best effort)."""
-        if self._closed:
-            return
+        was_closed = self._closed
         self._closed = True
+        # Also after `abort()`, which closed the socket but left the writer task waiting on its
+        # queue: one task leaked per connection aborted (every handshake evicted by a flood).
         await cancel_and_wait(self._writer_task)
+        if was_closed:
+            return
         if error is not None and not self._writer.is_closing():
             frame = error if isinstance(error, Error) else Error(0, int(error.code), str(error))
             with contextlib.suppress(Exception):

@@ -5,10 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import shutil
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from edge_agent.errors import ModelError
 from edge_agent.providers import CPU, Accelerator, Profile
 from edge_agent.runtime import load_weights, make_session
 from edge_agent.text.normalize import normalize
+from edge_agent.tts import inuse
 from edge_agent.tts.phonemes import cut_at, espeak_phonemes
 from edge_agent.tts.pool import PriorityPool
 from edge_agent.tts.sentences import split_sentences
@@ -96,8 +96,11 @@ class PiperVoice:
     def __init__(self, voice_id: str, session: Any, config: PiperConfig, length_scale: float | None = None,
                  *, noise_scale: float | None = None, noise_w: float | None = None,
                  vocoder: Vocoder | None = None, front: Callable[[], Any] | None = None, workers: int = 1,
-                 weights: Any = None) -> None:
+                 weights: Any = None, holds: Sequence[inuse.InUse] = ()) -> None:
         self.id = voice_id
+        self._holds = list(holds)
+        """The prepared directories the sessions come from, held until `close` (the pooled front
+        is made from them later)."""
         self.sample_rate = config.sample_rate
         self.config = config
         self._session = session  # the whole graph, or the front with every core
@@ -130,9 +133,9 @@ class PiperVoice:
         if prepared_dir is not None:
             split = _load_split(model, prepared_dir, threads, accel, cfg)
             if split is not None:
-                lead, front, vocoder, weights = split
+                lead, front, vocoder, weights, holds = split
                 return PiperVoice(voice_id, lead, cfg, length_scale, noise_scale=noise_scale, noise_w=noise_w,
-                                  vocoder=vocoder, front=front, workers=threads, weights=weights)
+                                  vocoder=vocoder, front=front, workers=threads, weights=weights, holds=holds)
         return PiperVoice(voice_id, make_session(model, threads, accel=accel, profile=_front_profile(cfg)),
                           cfg, length_scale, noise_scale=noise_scale, noise_w=noise_w)
 
@@ -288,6 +291,9 @@ class PiperVoice:
             self._pool.shutdown()
         with self._front_lock:
             self._session = self._front = self._make_front = self._weights = None
+        for held in self._holds:
+            held.release()
+        self._holds = []
 
 
 def _clip(audio: Samples) -> Samples:
@@ -303,14 +309,15 @@ def _front_profile(config: PiperConfig) -> Profile:
     return Profile(shapes(1), shapes(128), shapes(MAX_IDS))
 
 
-def _load_split(model: Path, prepared_dir: Path, threads: int, accel: Accelerator,
-                config: PiperConfig) -> tuple[Any, Callable[[], Any] | None, Vocoder, Any] | None:
-    """`(lead front, maker of the pooled front (None: the lead), vocoder, shared weights)`, preparing
-    the split if needed.
+def _load_split(model: Path, prepared_dir: Path, threads: int, accel: Accelerator, config: PiperConfig
+                ) -> tuple[Any, Callable[[], Any] | None, Vocoder, Any, list[inuse.InUse]] | None:
+    """`(lead front, maker of the pooled front (None: the lead), vocoder, shared weights, the
+    prepared directories held)`, preparing the split if needed.
 
-    None if this graph cannot be split or the split cannot be written.
+    None if this graph cannot be split, the split cannot be written, or a copy that does not
+    load is in use by another process (so it cannot be made again).
     """
-    for attempt in (1, 2):
+    for attempt in (1, 2, 3):  # a damaged optimized copy, then a damaged split, is made again
         try:
             prepared = prepare(model, prepared_dir)
         except UnsupportedGraph as exc:
@@ -320,22 +327,36 @@ def _load_split(model: Path, prepared_dir: Path, threads: int, accel: Accelerato
             log.warning("%s: cannot prepare the split in %s (%s); the vocoder runs whole",
                         model.name, prepared_dir, exc)
             return None
+        holds: list[inuse.InUse] = []
+        loading = prepared
         try:
+            held = inuse.hold(prepared.directory)
+            if held is None:
+                raise ModelError(f"{prepared.directory}: removed while loading")
+            holds.append(held)
             # The CPU runs a copy optimized for it once; an accelerator's provider optimizes the
             # split itself, and holds its own copy of the weights per session (no sharing).
-            cpu = prepare_cpu(prepared, prepared_dir) if accel.cpu_only else None
-            files = cpu or prepared
-            weights = load_weights(files.front) if accel.cpu_only else None
+            cpu = prepare_cpu(prepared) if accel.cpu_only else None
+            held = inuse.hold(cpu.directory) if cpu is not None else None
+            if cpu is not None and held is not None:
+                holds.append(held)
+                loading = cpu
+            weights = load_weights(loading.front) if accel.cpu_only else None
             front_shapes, window_shapes = _front_profile(config), window_profile(prepared.info)
-            common: dict[str, Any] = {"shapes_vary": True, "accel": accel, "optimized": cpu is not None}
-            lead = make_session(files.front, threads, weights=weights, profile=front_shapes, **common)
-            front = (functools.partial(make_session, files.front, 1, spin=False, weights=weights,
+            common: dict[str, Any] = {"shapes_vary": True, "accel": accel, "optimized": loading is cpu}
+            lead = make_session(loading.front, threads, weights=weights, profile=front_shapes, **common)
+            front = (functools.partial(make_session, loading.front, 1, spin=False, weights=weights,
                                        profile=front_shapes, **common) if threads > 1 else None)
-            vocoder = make_session(files.vocoder, 1, profile=window_shapes, **common)
-            return lead, front, Vocoder(vocoder, prepared.info), weights
+            vocoder = make_session(loading.vocoder, 1, profile=window_shapes, **common)
+            return lead, front, Vocoder(vocoder, prepared.info), weights, holds
         except ModelError:
-            if attempt == 2:
+            for held_dir in holds:
+                held_dir.release()  # our own hold would keep us from removing it
+            if attempt == 3:
                 raise
-            log.warning("%s: prepared split does not load; preparing it again", prepared_dir)
-            shutil.rmtree(prepared_dir, ignore_errors=True)
+            if not inuse.remove_unheld(loading.directory):
+                log.warning("%s: prepared copy does not load, and another process is using it; "
+                            "the vocoder runs whole", loading.directory)
+                return None
+            log.warning("%s: prepared copy does not load; preparing it again", loading.directory)
     return None

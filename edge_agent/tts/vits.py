@@ -14,6 +14,15 @@ The split is prepared once per model (keyed by the source's sha256) and kept in
 the model cache; a graph we do not recognise (another vocoder shape, a
 multi-speaker voice whose vocoder takes the speaker embedding) falls back to
 running the original graph whole.
+
+Several versions may share one cache (an upgrade while the old process still
+runs, two virtualenvs): each prepared copy is named by what it depends on (the
+split by `FORMAT`, its CPU-optimized copy by onnxruntime version and CPU), a
+process holds what it loads from (`edge_agent.tts.inuse`), and a copy is only
+ever removed by a process of its own version, when it does not load and nobody
+holds it. Other versions' copies are left alone: a process of an older version
+takes no locks, so nothing tells whether it is still reading them, and two
+versions side by side would otherwise remove each other's copy at every start.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from typing import Any
 from edge_agent.atomic import fsync_dir
 from edge_agent.errors import ModelError
 from edge_agent.runtime import cpu_fingerprint, index_weights, save_optimized
+from edge_agent.tts import inuse
 from edge_agent.tts.windowed import UnsupportedGraph, VocoderInfo, window_graph
 
 log = logging.getLogger(__name__)
@@ -108,24 +118,32 @@ class Prepared:
     vocoder: Path
     info: VocoderInfo
 
+    @property
+    def directory(self) -> Path:
+        return self.front.parent
+
 
 def prepare(model_path: Path, directory: Path) -> Prepared:
-    """The split of `model_path`, made once into `directory` and reused after.
+    """The split of `model_path`, made once into `directory/v<FORMAT>/` and reused after.
 
     `directory` should name the source uniquely (its sha256). Files are written
     to a temporary directory and renamed into place, so a crash or a concurrent
-    process never leaves a half-written split behind.
+    process never leaves a half-written split behind. A damaged split is made
+    again unless another process holds it (`inuse.Held`).
     """
-    meta = directory / "prepared.json"
+    target = directory / f"v{FORMAT}"
+    meta = target / "prepared.json"
     if meta.is_file():
         try:
             doc = json.loads(meta.read_text(encoding="utf-8"))
             if doc.get("format") == FORMAT:
-                return Prepared(directory / "front.onnx", directory / "vocoder.onnx",
+                return Prepared(target / "front.onnx", target / "vocoder.onnx",
                                 VocoderInfo.from_json(doc["vocoder"]))
         except (OSError, ValueError, TypeError, KeyError):
             pass
-        log.info("%s: prepared split is stale or damaged; preparing again", directory)
+        log.info("%s: prepared split is damaged; preparing again", target)
+    if target.exists() and not inuse.remove_unheld(target):
+        raise inuse.Held(f"{target}: damaged, but another process is using it")
     import onnx
 
     try:
@@ -133,9 +151,10 @@ def prepare(model_path: Path, directory: Path) -> Prepared:
     except Exception as exc:  # protobuf decode errors have no common type
         raise ModelError(f"{model_path}: cannot read ONNX model: {exc}") from None
     front, vocoder, info = split(model)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=directory))
     try:
+        inuse.mark(tmp)
         # The front's weights go to a file of their own, so its two sessions can share them.
         onnx.save(front, str(tmp / "front.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
                   location=FRONT_WEIGHTS, size_threshold=1024)
@@ -147,10 +166,8 @@ def prepare(model_path: Path, directory: Path) -> Prepared:
         for name in ("front.onnx", FRONT_WEIGHTS, index.name, "vocoder.onnx", "prepared.json"):
             with open(tmp / name, "rb") as fh:
                 os.fsync(fh.fileno())
-        if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(tmp, directory)
-        fsync_dir(directory.parent)
+        os.replace(tmp, target)
+        fsync_dir(directory)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
@@ -159,36 +176,36 @@ def prepare(model_path: Path, directory: Path) -> Prepared:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Prepared(directory / "front.onnx", directory / "vocoder.onnx", info)
+    return Prepared(target / "front.onnx", target / "vocoder.onnx", info)
 
 
 CPU_PREFIX = "cpu-"
-"""`<prepared>/cpu-<fingerprint>/`: the split as onnxruntime optimizes it for this CPU."""
+"""`<split>/cpu-<fingerprint>/`: the split as onnxruntime optimizes it for this CPU."""
 
 
-def prepare_cpu(prepared: Prepared, directory: Path) -> Prepared | None:
-    """The split pre-optimized for this CPU, made once into a subdirectory of `directory`.
+def prepare_cpu(prepared: Prepared, fingerprint: str | None = None) -> Prepared | None:
+    """The split pre-optimized for this CPU, made once into a subdirectory of the split's.
 
     onnxruntime's graph optimisation is most of a session's start-up (the front's
     took ~4x as long as loading an optimized copy, measured here): doing it once
     makes every later `say` start sooner. The copy is only valid for this CPU and
-    onnxruntime version, so its directory is named by `cpu_fingerprint()` and one
-    made for another is removed. None (optimize at every load) if it cannot be written.
+    onnxruntime version, so its directory is named by `fingerprint` (default
+    `cpu_fingerprint()`); copies for others are left alone (see the module's
+    docstring). None (optimize at every load) if it cannot be written.
     """
-    target = directory / f"{CPU_PREFIX}{cpu_fingerprint()}"
+    directory = prepared.directory
+    target = directory / f"{CPU_PREFIX}{fingerprint or cpu_fingerprint()}"
     optimized = Prepared(target / "front.onnx", target / "vocoder.onnx", prepared.info)
     if target.is_dir():
         return optimized
     tmp = Path(tempfile.mkdtemp(prefix=".cpu.", dir=directory))
     try:
+        inuse.mark(tmp)
         save_optimized(prepared.front, tmp / "front.onnx")
         save_optimized(prepared.vocoder, tmp / "vocoder.onnx")
         for item in tmp.iterdir():
             with open(item, "rb") as fh:
                 os.fsync(fh.fileno())
-        for stale in directory.glob(f"{CPU_PREFIX}*"):  # made for another CPU or onnxruntime
-            if stale.name != target.name:
-                shutil.rmtree(stale, ignore_errors=True)
         os.replace(tmp, target)
         fsync_dir(directory)
     except (OSError, ModelError) as exc:

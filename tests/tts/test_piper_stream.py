@@ -41,7 +41,7 @@ def prepared(model: Path, tmp_path_factory: pytest.TempPathFactory) -> vits.Prep
 def streaming(model: Path, prepared: vits.Prepared) -> PiperVoice:
     # No noise in the flow or the durations, so two runs can be compared sample by sample.
     voice = PiperVoice.load(VOICE, model, threads=2, noise_scale=0.0, noise_w=0.0,
-                            prepared_dir=prepared.front.parent)
+                            prepared_dir=prepared.directory.parent)
     assert voice.streaming
     yield voice
     voice.close()
@@ -189,8 +189,7 @@ def test_a_graph_that_is_not_piper_runs_whole(tmp_path: Path) -> None:
 @pytest.mark.parametrize("damaged", ["vocoder.onnx", vits.FRONT_WEIGHTS, "front.onnx"])
 def test_a_damaged_split_is_prepared_again(model: Path, tmp_path: Path, damaged: str) -> None:
     directory = tmp_path / "joe"
-    vits.prepare(model, directory)
-    path = directory / damaged
+    path = vits.prepare(model, directory).directory / damaged
     size = path.stat().st_size
     path.write_bytes(path.read_bytes()[:1000])  # truncated on disk
     voice = PiperVoice.load(VOICE, model, threads=2, prepared_dir=directory)
@@ -203,10 +202,10 @@ def test_a_damaged_split_is_prepared_again(model: Path, tmp_path: Path, damaged:
 
 def test_stale_metadata_is_prepared_again(model: Path, tmp_path: Path) -> None:
     directory = tmp_path / "joe"
-    vits.prepare(model, directory)
-    (directory / "prepared.json").write_text('{"format": 0}')
+    meta = vits.prepare(model, directory).directory / "prepared.json"
+    meta.write_text('{"format": 0}')
     assert vits.prepare(model, directory).info.hop == 256
-    assert f'"format": {vits.FORMAT}' in (directory / "prepared.json").read_text()
+    assert f'"format": {vits.FORMAT}' in meta.read_text()
 
 
 def test_the_registry_prepares_once_per_model_hash_and_can_be_told_not_to(shared_cache: Path) -> None:
@@ -218,7 +217,8 @@ def test_the_registry_prepares_once_per_model_hash_and_can_be_told_not_to(shared
         voice = registry.get(VOICE)
         assert isinstance(voice, PiperVoice) and voice.streaming
         sha = store.catalog.get(VOICE).files[0].sha256
-        assert (shared_cache / PREPARED_SUBDIR / f"{VOICE}-{sha[:16]}" / "prepared.json").is_file()
+        split = shared_cache / PREPARED_SUBDIR / f"{VOICE}-{sha[:16]}" / f"v{vits.FORMAT}"
+        assert (split / "prepared.json").is_file()
     finally:
         registry.close()
     plain = VoiceRegistry(store, TtsSettings(threads=1, stream_vocoder=False))
@@ -271,17 +271,18 @@ def test_an_unwritable_cache_costs_the_split_not_the_voice(model: Path, tmp_path
         voice.close()
 
 
-def test_the_cpu_optimized_copy_is_made_once_and_replaces_one_made_for_another_cpu(
+def test_the_cpu_optimized_copy_is_made_once_and_one_made_for_another_cpu_is_left_alone(
         prepared: vits.Prepared) -> None:
-    directory = prepared.front.parent
+    directory = prepared.directory
     for old in directory.glob("cpu-*"):
         shutil.rmtree(old)
     (directory / "cpu-ort0.0-other-000000000000").mkdir()
-    optimized = vits.prepare_cpu(prepared, directory)
-    assert optimized is not None and optimized.front.parent.name == f"cpu-{cpu_fingerprint()}"
-    assert [p.name for p in directory.glob("cpu-*")] == [optimized.front.parent.name]
+    optimized = vits.prepare_cpu(prepared)
+    assert optimized is not None and optimized.directory.name == f"cpu-{cpu_fingerprint()}"
+    assert sorted(p.name for p in directory.glob("cpu-*")) == sorted(
+        [optimized.directory.name, "cpu-ort0.0-other-000000000000"])  # another version may be using it
     made = optimized.front.stat().st_mtime_ns
-    again = vits.prepare_cpu(prepared, directory)
+    again = vits.prepare_cpu(prepared)
     assert again == optimized and optimized.front.stat().st_mtime_ns == made
     # It loads without optimising again, and its weights are still shared through the index.
     session = make_session(optimized.front, 1, weights=load_weights(optimized.front), optimized=True)
@@ -289,7 +290,7 @@ def test_the_cpu_optimized_copy_is_made_once_and_replaces_one_made_for_another_c
 
 
 def test_a_one_sentence_stream_never_makes_the_pooled_front(model: Path, prepared: vits.Prepared) -> None:
-    voice = PiperVoice.load(VOICE, model, threads=2, prepared_dir=prepared.front.parent)
+    voice = PiperVoice.load(VOICE, model, threads=2, prepared_dir=prepared.directory.parent)
     try:
         list(voice.stream(["Hello."]))
         assert voice._front is None

@@ -53,6 +53,9 @@ def serve(piper_voice):
     yield start
     for server in started:
         server.stop()
+    # Nothing the server started may outlive it (a handler left running logged into pytest's
+    # closed stream after the session).
+    assert [s.left_running for s in started] == [[] for _ in started]
 
 
 @pytest.fixture

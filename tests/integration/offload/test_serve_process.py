@@ -60,6 +60,27 @@ def test_say_remote_without_a_server_still_speaks_locally(tmp_path):
     assert "spoken locally" in result.stderr
 
 
+def say_through(servers: list[str], out) -> tuple[str, str]:
+    """`say` with `offload.servers` (no `offload.server`) and policy remote: (stdout, stderr)."""
+    result = run_cli("say", "--set", f"offload.servers=[{', '.join(servers)}]",
+                     "--set", "offload.policy=remote", "--voice", PIPER, "--out", str(out),
+                     "The garage door is open.",
+                     env={"EDGE_OFFLOAD_PSK": PSK.decode()})
+    assert result.returncode == 0, result.stderr
+    return result.stdout, result.stderr
+
+
+def test_say_speaks_through_offload_servers_and_fails_over_when_one_dies(serve_process, tmp_path):
+    first, second = serve_process(PIPER), serve_process(PIPER)
+    stdout, _ = say_through([first.uri, second.uri], tmp_path / "both.wav")
+    assert "(engine: remote)" in stdout
+    first.kill()  # the first listed server is gone: the second takes the whole text
+    stdout, stderr = say_through([first.uri, second.uri], tmp_path / "one.wav")
+    assert "(engine: remote)" in stdout
+    assert "spoken locally" not in stderr
+    assert (tmp_path / "one.wav").stat().st_size > 44 + 22050
+
+
 def test_say_rejects_local_and_remote_together():
     result = run_cli("say", "--local", "--remote", "tcp://127.0.0.1:9", "Hi.")
     assert result.returncode == 2
