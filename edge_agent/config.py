@@ -703,6 +703,11 @@ class WyomingSettings:
     What costs is what is spoken: a few characters can normalise into many words."""
     samples_per_chunk: int = 1024
     """Samples per `audio-chunk` event sent to the client."""
+    max_announce_bytes: int = 32 * 1024 * 1024
+    """Most memory the audio Home Assistant sends the satellite to play (an announcement or an
+    answer) may take while it arrives: mono float32 at its own rate, so 32 MiB holds 380 s at
+    Home Assistant's 22050 Hz (and 174 s at 48 kHz). A longer stream is refused with one error
+    and the rest of it dropped; `announcements.max_audio_s` still bounds its length."""
 
     def __post_init__(self) -> None:
         try:
@@ -711,7 +716,7 @@ class WyomingSettings:
             raise ValueError(f"uri: {exc}") from None
         _positive(self, "max_connections", "idle_timeout_s", "event_timeout_s", "max_header_bytes",
                   "max_data_bytes", "max_payload_bytes", "max_audio_s", "max_text_chars",
-                  "max_speech_s", "samples_per_chunk")
+                  "max_speech_s", "samples_per_chunk", "max_announce_bytes")
         if self.max_header_bytes < 256:
             raise ValueError(f"max_header_bytes: {self.max_header_bytes} is below 256")
 
