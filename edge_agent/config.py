@@ -701,7 +701,13 @@ class WyomingSettings:
     enabled: bool = False
     """Serve Wyoming inside `edge-agent run`, sharing the daemon's voice and models."""
     uri: str = "tcp://0.0.0.0:10300"
-    """`tcp://HOST:PORT` to listen on (port 0 picks a free one)."""
+    """`tcp://HOST:PORT` to listen on (port 0 picks a free one). Inside `edge-agent run` with
+    `satellite` on, this endpoint is the satellite's and the services are on `services_uri`."""
+    services_uri: str = "tcp://0.0.0.0:10701"
+    """Inside `edge-agent run` with `satellite` on: `tcp://HOST:PORT` of the device's text to
+    speech, speech to text and wake word (Home Assistant loads no services from an endpoint whose
+    `info` has a satellite, so they get their own, advertised as `<device id>-services`).
+    Unused otherwise: `uri` serves them."""
     zeroconf: bool = True
     """Advertise the service as `_wyoming._tcp.local.` (named after the device id)."""
     satellite: bool = True
@@ -736,15 +742,27 @@ class WyomingSettings:
     """Most seconds of audio one connection's wake word stream (`detect`) is listened to per second.
     A live microphone sends one a second; a client sending faster waits (nothing is dropped), after
     a head start of a few seconds (a satellite's buffered audio), so no client can keep a core busy."""
+    max_announce_bytes: int = 32 * 1024 * 1024
+    """Most memory the audio Home Assistant sends the satellite to play (an announcement or an
+    answer) may take while it arrives: mono float32 at its own rate, so 32 MiB holds 380 s at
+    Home Assistant's 22050 Hz (and 174 s at 48 kHz). A longer stream is refused with one error
+    and the rest of it dropped; `announcements.max_audio_s` still bounds its length."""
 
     def __post_init__(self) -> None:
-        try:
-            parse_uri(self.uri, ("tcp",))
-        except ValueError as exc:
-            raise ValueError(f"uri: {exc}") from None
+        endpoints = []
+        for name in ("uri", "services_uri"):
+            try:
+                endpoints.append(parse_uri(getattr(self, name), ("tcp",)))
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+        satellite, services = endpoints
+        if self.satellite and services.port != 0 and (satellite.host, satellite.port) == \
+                (services.host, services.port):
+            raise ValueError(f"services_uri: {self.services_uri!r} is the satellite's uri; the "
+                             "services need an endpoint of their own")
         _positive(self, "max_connections", "idle_timeout_s", "event_timeout_s", "max_header_bytes",
                   "max_data_bytes", "max_payload_bytes", "max_audio_s", "max_text_chars",
-                  "max_speech_s", "samples_per_chunk", "max_wake_speed")
+                  "max_speech_s", "samples_per_chunk", "max_wake_speed", "max_announce_bytes")
         if self.max_header_bytes < 256:
             raise ValueError(f"max_header_bytes: {self.max_header_bytes} is below 256")
 

@@ -20,9 +20,10 @@ Threads and loops (who owns what; also in docs/architecture.md):
   source -> wake word -> VAD -> Whisper; calls `_on_event` (wake, transcript, end of turn).
   A turn holds the announcer (`Announcer.hold`) and plays the chime on a short-lived `chime`
   thread; the speaker thread's status observer opens a reply turn (`expect_reply`).
-- The Wyoming server (`wyoming.enabled`) runs on the daemon loop, one task per
-  connection; its synthesis and recognition leave the loop through `asyncio.to_thread`.
-  Its satellite (`wyoming.satellite`) takes streamed turns from the listener thread
+- The Wyoming servers (`wyoming.enabled`: the satellite on `wyoming.uri`, the services
+  on `wyoming.services_uri`, sharing this daemon's voice and Whisper) run on the daemon
+  loop, one task per connection; their synthesis and recognition leave the loop through
+  `asyncio.to_thread`. The satellite (`wyoming.satellite`) takes streamed turns from the listener thread
   (`_on_event` only queues their events for the loop) and hands Home Assistant's audio
   to `Announcer.submit_audio` through `asyncio.to_thread`.
 - `retire-synth`: one short-lived thread per reload that replaced the voice; it
@@ -483,7 +484,7 @@ class Daemon:
     # -- Wyoming -------------------------------------------------------------------------
 
     async def _start_wyoming(self) -> None:
-        """The Wyoming server on this loop, with the announcements' voice and the listener's Whisper."""
+        """The Wyoming endpoints on this loop, with the announcements' voice and the listener's Whisper."""
         if not self.settings.wyoming.enabled:
             return
         transcriber = self.listener.transcriber if self.listener is not None else None

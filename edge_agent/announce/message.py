@@ -150,6 +150,16 @@ MIN_AUDIO_RATE, MAX_AUDIO_RATE = 8000, 48000
 """Sample rates an audio announcement may have (telephone to studio)."""
 
 
+def implausible_rate(sample_rate: object) -> str | None:
+    """Why `sample_rate` cannot be an audio announcement's, or None when it can (a trigger that
+    receives audio in parts checks this before it buffers any)."""
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) \
+            or not MIN_AUDIO_RATE <= sample_rate <= MAX_AUDIO_RATE:
+        return (f"sample rate {sample_rate!r} Hz is not plausible "
+                f"(an integer {MIN_AUDIO_RATE}..{MAX_AUDIO_RATE})")
+    return None
+
+
 def check_audio(samples: Samples, sample_rate: int, *, ann_id: str, text: str, priority: int | None,
                 conversation_id: str | None, chime: bool, settings: AnnouncementSettings,
                 now: float | None = None) -> tuple[Announcement, Samples]:
@@ -165,10 +175,9 @@ def check_audio(samples: Samples, sample_rate: int, *, ann_id: str, text: str, p
     label = text.strip() if isinstance(text, str) else ""
     if len(label) > settings.max_text_chars:
         raise reject(f"'text' has {len(label)} characters, the limit is {settings.max_text_chars}")
-    if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) \
-            or not MIN_AUDIO_RATE <= sample_rate <= MAX_AUDIO_RATE:
-        raise reject(f"sample rate {sample_rate!r} Hz is not plausible "
-                     f"(an integer {MIN_AUDIO_RATE}..{MAX_AUDIO_RATE})")
+    bad_rate = implausible_rate(sample_rate)
+    if bad_rate is not None:
+        raise reject(bad_rate)
     audio = np.asarray(samples, dtype=np.float32)
     if audio.ndim != 1:
         raise reject(f"audio must be mono (one dimension), not of shape {audio.shape}")

@@ -1,9 +1,10 @@
 """Zeroconf (mDNS) advertisement of the Wyoming server as `_wyoming._tcp.local.`.
 
 Home Assistant browses for this service type and offers each instance it finds
-as a new Wyoming device; the instance is named after the device id. A server
-bound to every address (`0.0.0.0`) is advertised on every interface with each
-interface's IPv4 address; one bound to a single address only there.
+as a new Wyoming device; the instance is named after the device id (with a
+suffix where the device offers two endpoints: the satellite and its services). A
+server bound to every address (`0.0.0.0`) is advertised on every interface with
+each interface's IPv4 address; one bound to a single address only there.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ REGISTER_TIMEOUT_S = 10.0
 """mDNS probing takes about a second; a network that swallows it must not hold up the start."""
 
 
-def service_name(device_id: str) -> str:
-    """The instance name for `device_id` (an mDNS label: at most 63 bytes, no dots)."""
-    label = device_id.replace(".", "-").encode("utf-8")[:63].decode("utf-8", "ignore")
-    return f"{label}.{SERVICE_TYPE}"
+def service_name(device_id: str, suffix: str = "") -> str:
+    """The instance name for `device_id` (an mDNS label: at most 63 bytes, no dots); `suffix`
+    is kept whole, so two endpoints of one device never share a name."""
+    room = 63 - len(suffix.encode("utf-8"))
+    label = device_id.replace(".", "-").encode("utf-8")[:room].decode("utf-8", "ignore")
+    return f"{label}{suffix}.{SERVICE_TYPE}"
 
 
 def addresses_for(host: str) -> list[str]:
@@ -44,8 +47,8 @@ def addresses_for(host: str) -> list[str]:
 class Advertisement:
     """One registered service instance; `start` registers it, `stop` says goodbye."""
 
-    def __init__(self, device_id: str, host: str, port: int) -> None:
-        self.name = service_name(device_id)
+    def __init__(self, device_id: str, host: str, port: int, suffix: str = "") -> None:
+        self.name = service_name(device_id, suffix)
         self.host = host
         self.port = port
         self.addresses = addresses_for(host)

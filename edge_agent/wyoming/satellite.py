@@ -1,26 +1,43 @@
 """The Wyoming satellite: Home Assistant drives this device's microphone and speaker.
 
 Home Assistant connects as a client, asks `describe` (our `info` has a `satellite`
-section), sends `run-satellite` and pings every few seconds. From then on that
-connection is the satellite's controller; a newer `run-satellite` (Home Assistant
-reconnecting while the old socket still looks open) replaces it, `pause-satellite`
-or a closed connection ends it.
+section), sends `run-satellite` and pings every ~2 s. From then on that connection
+is the satellite's controller; a newer `run-satellite` (Home Assistant reconnecting
+while the old socket still looks open) replaces it, a closed connection ends it.
+`pause-satellite` (Home Assistant's mute) pauses it: the wake word stays local, but
+the connection is still the one Home Assistant announces on.
 
 After a local wake word (the daemon's hearing loop, `listen.Hearing.stream_turns`):
 
     device -> HA   detection, run-pipeline {start_stage: asr, end_stage: tts},
-                   audio-start, audio-chunk (16 kHz s16le, the command as it is spoken)...
+                   audio-chunk (16 kHz s16le, the command as it is spoken)...
     HA -> device   voice-started, voice-stopped, transcript (or error): the turn ends here
                    (`Hearing.end_turn`) and the device sends audio-stop
     HA -> device   synthesize {text}, audio-start, audio-chunk..., audio-stop: the answer
     device -> HA   played, once the answer has been played
 
+No `audio-start` goes ahead of the microphone's chunks: Home Assistant's satellite
+loop takes only chunks (each names its format) and logs anything else as an
+unexpected event.
+
 Audio Home Assistant sends outside a turn (`assist_satellite.announce`: 22050 Hz
-s16le) is an announcement. Both go through the announcement queue
-(`Announcer.submit_audio`: priority, journal, one playback at a time; an answer is
-spoken ahead of queued announcements) and `played` is sent when the queue reports
-the id `done` (`error` if it is rejected or fails). `timer-finished` plays the
-chime as an urgent announcement; the other timer events are logged.
+s16le) is an announcement, whether or not the controller is paused: Home Assistant
+announces on the connection it holds, muted or not, and waits for `played`. Both go
+through the announcement queue (`Announcer.submit_audio`: priority, journal, one
+playback at a time; an answer is spoken ahead of queued announcements) and `played`
+is sent when the queue reports the id `done` (`error` if it is rejected or fails).
+Only the controller's audio is buffered, checked at `audio-start` (the rate an audio
+announcement may have, width, channels) and bounded in bytes while it arrives
+(`wyoming.max_announce_bytes`); a replaced controller's buffer is dropped at once.
+
+Staying in step with Home Assistant: a mute undone within a second can leave Home
+Assistant's satellite loop running without a new `run-satellite` after its
+`pause-satellite` (the loop only looks at the mute between events). That loop is the
+only thing that pings, and it stops pinging once it has seen its own mute, so a
+paused controller that goes on pinging (`PINGS_TO_RESUME`) runs again.
+
+`timer-finished` plays the chime as an urgent announcement, one per timer id and at
+most `MAX_TIMER_CHIMES` waiting; the other timer events are logged.
 
 Threads: the hearing loop calls `begin_turn`, `audio` and `end_turn` from its own
 thread; they only queue events for the controller's writer task on the server's
@@ -34,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -44,18 +62,20 @@ from wyoming.audio import AudioStop
 from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.info import Satellite
+from wyoming.ping import Pong
 from wyoming.pipeline import PipelineStage, RunPipeline
 from wyoming.snd import Played
 from wyoming.wake import Detection
 
 from edge_agent import __version__
+from edge_agent.announce.message import implausible_rate
 from edge_agent.announce.pipeline import Announcer
 from edge_agent.announce.playout import CUE_RATE, chime
 from edge_agent.audio.frames import Samples
 from edge_agent.config import Settings
 from edge_agent.errors import EdgeError
 from edge_agent.wake.engine import SAMPLE_RATE
-from edge_agent.wyoming.audio import Recording, Refused, chunk_events, start_event
+from edge_agent.wyoming.audio import Recording, Refused, chunk_events
 from edge_agent.wyoming.tts import ATTRIBUTION
 
 log = logging.getLogger(__name__)
@@ -68,17 +88,30 @@ CONTROL = frozenset({"run-satellite", "pause-satellite"})
 """Events any connection may send to become (or stop being) the controller."""
 WHILE_RUNNING = frozenset({
     "audio-start", "audio-chunk", "audio-stop", "synthesize", "transcript", "transcribe", "detect",
-    "detection", "error", "voice-started", "voice-stopped", "played", "pong",
+    "detection", "error", "voice-started", "voice-stopped", "played", "pong", "ping",
     "timer-started", "timer-updated", "timer-cancelled", "timer-finished",
 })
-"""What the controller sends us: none of it is a service request (a `synthesize` names the
-words of the audio that follows, a `transcribe` says Home Assistant is listening)."""
+"""What a controller (running or paused) sends us: none of it is a service request (a
+`synthesize` names the words of the audio that follows, a `transcribe` says Home Assistant
+is listening)."""
+TURN_EVENTS = frozenset({"detection", "run-pipeline", "audio-chunk", "audio-stop"})
+"""What the device sends of a streamed turn: not sent any more once the controller pauses."""
 
 MAX_PENDING = 1000
 """Events queued for the controller at most (~30 s of 30 ms microphone blocks)."""
 TIMER_CHIMES = 3
 """Chimes played when a timer finishes."""
+MAX_TIMER_CHIMES = 2
+"""Timer chimes waiting to be played at most. A chime says "a timer finished"; more of them
+in the queue say nothing more, and each is an urgent announcement (a WAV on disk, a place in
+the queue ahead of everything else): 300 timers finishing at once are two chimes, not 300."""
+PINGS_TO_RESUME = 2
+"""Pings from a paused controller that make it run again. Home Assistant's satellite loop
+pings every ~2 s while it runs and stops once it has seen its own mute, which leaves at most
+the one ping already under way after its `pause-satellite`."""
 FINAL = frozenset({"done", "expired", "failed", "rejected"})
+SAMPLE_BYTES = np.dtype(np.float32).itemsize
+"""What one buffered sample of audio to play costs (mono float32 at the stream's own rate)."""
 
 
 @dataclass
@@ -102,14 +135,20 @@ class SatelliteService:
         self.on_transcript = on_transcript
         """Told Home Assistant's transcript of a turn (the daemon publishes it like its own)."""
         self.on_change = on_change
-        """Told when a controller comes or goes (the daemon republishes its status)."""
+        """Told when a controller comes, goes, pauses or runs again (the daemon republishes its status)."""
         self.wake_words = list(wake_words)
         self.controller: SatelliteSession | None = None
+        """The connection Home Assistant runs the satellite from (`running`) or paused it on."""
         self.turn: _Turn | None = None
         self.answer_for: str | None = None
         """The turn whose answer the next audio from the controller is."""
+        self._lock = threading.Lock()
         self._waiting: dict[str, SatelliteSession] = {}
         """Announcement id -> the session to tell once it has been played."""
+        self._chimes: dict[str, str] = {}
+        """Announcement id -> the timer id of a chime not yet played."""
+        self.chimes_dropped = 0
+        """Timer chimes not queued: one of the same timer was waiting, or `MAX_TIMER_CHIMES` were."""
         self._forget = announcer.observe(self._on_status)
 
     def info(self) -> Satellite:
@@ -149,14 +188,14 @@ class SatelliteService:
         log.info("streaming the command to Home Assistant", extra={"conversation_id": conversation_id})
         controller.post(Detection(name=wake_model, timestamp=round(timestamp_s * 1000)).event(),
                         RunPipeline(start_stage=PipelineStage.ASR, end_stage=PipelineStage.TTS,
-                                    wake_word_name=wake_model).event(),
-                        start_event(SAMPLE_RATE))
+                                    wake_word_name=wake_model).event())
 
     def audio(self, conversation_id: str, samples: Samples) -> None:
         turn, controller = self.turn, self.controller
         if turn is None or turn.conversation_id != conversation_id or not turn.streaming:
             return
-        if controller is None or not controller.post(*chunk_events(samples, SAMPLE_RATE, samples.size or 1)):
+        if controller is None or not controller.running \
+                or not controller.post(*chunk_events(samples, SAMPLE_RATE, samples.size or 1)):
             turn.streaming = False
             self.end_hearing_turn(conversation_id)
 
@@ -166,16 +205,27 @@ class SatelliteService:
         if turn is None or turn.conversation_id != conversation_id:
             return
         self.turn = None
-        if turn.streaming and controller is not None:
+        if turn.streaming and controller is not None and controller.running:
             controller.post(AudioStop().event())
 
     # -- the server's loop ----------------------------------------------------------------------
 
     def attach(self, session: SatelliteSession) -> None:
+        """`session` runs the satellite (`run-satellite`, or a paused controller still pinging)."""
         old, self.controller = self.controller, session
         if old is not None and old is not session:
-            old.running = False
+            old.replace()
+            self._stop_streaming()  # the turn's run-pipeline went to the replaced connection
             log.info("Home Assistant's satellite connection replaced by a newer one")
+        self._changed()
+
+    def pause(self, session: SatelliteSession) -> None:
+        """`pause-satellite`: wake words stay local; the session stays the one that announces."""
+        if self.controller is not session:
+            return
+        self.answer_for = None
+        self._stop_streaming()
+        log.info("Home Assistant paused this satellite")
         self._changed()
 
     def detach(self, session: SatelliteSession) -> None:
@@ -183,12 +233,15 @@ class SatelliteService:
             return
         self.controller = None
         self.answer_for = None
+        self._stop_streaming()
+        log.info("Home Assistant no longer runs this satellite")
+        self._changed()
+
+    def _stop_streaming(self) -> None:
         turn = self.turn
         if turn is not None and turn.streaming:
             turn.streaming = False
             self.end_hearing_turn(turn.conversation_id)
-        log.info("Home Assistant no longer runs this satellite")
-        self._changed()
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -214,31 +267,62 @@ class SatelliteService:
                 self.on_transcript(text, turn.conversation_id, turn.wake_word)
         session.post(AudioStop().event())
 
-    async def play(self, session: SatelliteSession, samples: Samples, rate: int, text: str,
-                   *, timer: bool = False) -> None:
-        """Queue audio from the controller: the answer to the turn awaiting one, an announcement,
-        or (`timer`) an urgent chime. `played` (or `error`) goes back to `session`."""
-        conversation_id = None if timer else self.answer_for
+    async def play(self, session: SatelliteSession, samples: Samples, rate: int, text: str) -> None:
+        """Queue audio from the controller: the answer to the turn awaiting one, or an
+        announcement. `played` (or `error`) goes back to `session`."""
+        conversation_id = self.answer_for
         if conversation_id is not None:
             self.answer_for = None
-        kind = "timer" if timer else "answer" if conversation_id is not None else "announce"
+        kind = "answer" if conversation_id is not None else "announce"
         ann_id = f"ha-{kind}-{uuid.uuid4().hex}"
-        if not timer:  # Home Assistant waits for `played` after audio it sent, not after a chime
-            self._waiting[ann_id] = session  # before submitting: a rejection is reported at once
+        with self._lock:  # before submitting: a rejection is reported at once
+            self._waiting[ann_id] = session
         stored = await asyncio.to_thread(
             self.announcer.submit_audio, samples, rate, ann_id=ann_id, text=text or "(audio)",
-            priority=9 if timer else None, conversation_id=conversation_id, source=f"wyoming {session.peer}")
+            conversation_id=conversation_id, source=f"wyoming {session.peer}")
         if not stored:
-            self._waiting.pop(ann_id, None)
+            with self._lock:
+                self._waiting.pop(ann_id, None)
             raise Refused("the audio could not be stored (is the state disk full?); send it again",
                           "not-stored")
+
+    async def timer_finished(self, session: SatelliteSession, timer_id: str) -> None:
+        """The chime as an urgent announcement: one per timer id, `MAX_TIMER_CHIMES` waiting at most.
+
+        Home Assistant waits for no `played` after a timer event, so nothing is sent back."""
+        ann_id = f"ha-timer-{uuid.uuid4().hex}"
+        with self._lock:
+            waiting = len(self._chimes)
+            if timer_id in self._chimes.values() or waiting >= MAX_TIMER_CHIMES:
+                self.chimes_dropped += 1
+                why = "its chime is waiting" if timer_id in self._chimes.values() else \
+                    f"{waiting} chimes are waiting"
+                log.info("timer finished: no further chime (%s)", why, extra={"timer": timer_id})
+                return
+            self._chimes[ann_id] = timer_id
+        log.info("timer finished", extra={"timer": timer_id, "id": ann_id})
+        tones = np.tile(chime(CUE_RATE), TIMER_CHIMES)
+        stored = await asyncio.to_thread(
+            self.announcer.submit_audio, tones, CUE_RATE, ann_id=ann_id, text="(timer finished)",
+            priority=9, source=f"wyoming {session.peer}")
+        if not stored:
+            with self._lock:
+                self._chimes.pop(ann_id, None)
+            raise Refused("the timer chime could not be stored (is the state disk full?)", "not-stored")
+
+    @property
+    def chimes_waiting(self) -> int:
+        with self._lock:
+            return len(self._chimes)
 
     def _on_status(self, doc: dict[str, Any]) -> None:
         """The speaker thread's statuses (or the submitting thread's, for a rejection)."""
         state, ann_id = doc.get("state"), doc.get("id")
         if state not in FINAL or not isinstance(ann_id, str):
             return
-        session = self._waiting.pop(ann_id, None)
+        with self._lock:
+            self._chimes.pop(ann_id, None)
+            session = self._waiting.pop(ann_id, None)
         if session is None:
             return
         if state == "done":
@@ -256,23 +340,35 @@ class SatelliteSession:
         self.send = send
         self.peer = peer
         self.running = False
+        """Home Assistant runs the satellite from here: wake words stream their turn to it."""
+        self.ran = False
+        """It has sent `run-satellite`: a satellite connection from then on (paused or replaced)."""
+        self.replaced = False
+        """A newer connection runs the satellite: this one's audio is refused."""
+        self.closed = False
+        self._pings = 0
+        """Pings since `pause-satellite`."""
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._outbox: asyncio.Queue[Event] = asyncio.Queue()
+        self._outbox: asyncio.Queue[Event] | None = None
         self._writer: asyncio.Task[None] | None = None
-        self._recording: Recording | None = None
+        self.recording: Recording | None = None
+        """The audio stream arriving from Home Assistant (only while this is the controller)."""
         self._discarding = False
         self._text = ""
         """The words of the audio that follows (`synthesize`)."""
 
     def takes(self, kind: str) -> bool:
-        return kind in CONTROL or (self.running and kind in WHILE_RUNNING)
+        return kind in CONTROL or (self.ran and kind in WHILE_RUNNING)
 
     async def handle(self, event: Event) -> None:
         kind = event.type
         if kind == "run-satellite":
-            self._start()
+            self._run()
         elif kind == "pause-satellite":
-            await self.close()
+            self._pause()
+        elif kind == "ping":
+            self._pinged()  # before the pong: once it is read, the status is what the ping made it
+            await self.send(Pong(text=event.data.get("text")).event())
         elif kind == "transcript":
             text = event.data.get("text")
             self.service.heard(self, text if isinstance(text, str) else "")
@@ -285,79 +381,148 @@ class SatelliteSession:
         elif kind in ("audio-start", "audio-chunk", "audio-stop"):
             await self._audio(event)
         elif kind == "timer-finished":
-            log.info("timer finished", extra={"timer": event.data.get("id")})
-            tones = np.tile(chime(CUE_RATE), TIMER_CHIMES)
-            await self.service.play(self, tones, CUE_RATE, "(timer finished)", timer=True)
+            await self.service.timer_finished(self, str(event.data.get("id"))[:128])
         else:
             log.debug("satellite: %s from Home Assistant", kind)
 
     def post(self, *events: Event) -> bool:
-        """Queue events for the controller from any thread; False when it is gone or not reading."""
-        loop = self._loop
-        if loop is None or not self.running or self._outbox.qsize() + len(events) > MAX_PENDING:
+        """Queue events for Home Assistant from any thread; False when it is gone or not reading."""
+        loop, outbox = self._loop, self._outbox
+        if loop is None or outbox is None or self.closed or outbox.qsize() + len(events) > MAX_PENDING:
             return False
         for event in events:
             with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to send to
-                loop.call_soon_threadsafe(self._outbox.put_nowait, event)
+                loop.call_soon_threadsafe(outbox.put_nowait, event)
         return True
 
-    async def close(self) -> None:
-        """Stop being the controller (`pause-satellite`, or the connection is closing)."""
+    def replace(self) -> None:
+        """A newer connection runs the satellite: stop, and free the audio this one was buffering."""
         self.running = False
+        self.replaced = True
+        self._drop_audio()
+
+    async def close(self) -> None:
+        """The connection is closing: stop being the controller and free what it held."""
+        self.running = False
+        self.closed = True
+        self._drop_audio()
         self.service.detach(self)
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
-        self._outbox = asyncio.Queue()  # a turn's leftovers are not sent after a later run-satellite
+        self._outbox = None
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self.running = True
-        if self._writer is None:
+    def _run(self) -> None:
+        if self._writer is None and not self.closed:
+            self._loop = asyncio.get_running_loop()
+            self._outbox = asyncio.Queue()
             self._writer = asyncio.create_task(self._write())
+        self.running = self.ran = True
+        self.replaced = False
+        self._pings = 0
         self.service.attach(self)
         log.info("Home Assistant runs this satellite (%s)", self.peer or "a client")
 
+    def _pause(self) -> None:
+        self.running = False
+        self._pings = 0
+        self._drop_turn_events()
+        self.service.pause(self)
+
+    def _pinged(self) -> None:
+        if self.running or self.replaced or self.service.controller is not self:
+            return
+        self._pings += 1
+        if self._pings >= PINGS_TO_RESUME:
+            # Home Assistant's loop still runs: its mute was undone before it saw it.
+            log.info("Home Assistant still pings after pause-satellite: the satellite runs again")
+            self._run()
+
+    def _drop_turn_events(self) -> None:
+        """A turn's events still queued are not sent after a pause (announcements' `played` are)."""
+        outbox = self._outbox
+        if outbox is None:
+            return
+        kept = []
+        while not outbox.empty():
+            event = outbox.get_nowait()
+            if event.type not in TURN_EVENTS:
+                kept.append(event)
+        for event in kept:
+            outbox.put_nowait(event)
+
+    def _drop_audio(self) -> None:
+        self.recording = None
+        self._discarding = True  # the rest of the stream, until its audio-stop
+
     async def _write(self) -> None:
+        outbox = self._outbox
+        assert outbox is not None
         try:
             while True:
-                event = await self._outbox.get()
+                event = await outbox.get()
                 await self.send(event)  # bounded by the server's write deadline
         except (ConnectionError, EdgeError) as exc:
             # Home Assistant stopped reading: it notices the missing pongs and reconnects.
             log.warning("satellite: Home Assistant (%s) takes no more events: %s", self.peer, exc)
             self.running = False
+            self.closed = True
+            self._drop_audio()
             self.service.detach(self)
 
     async def _audio(self, event: Event) -> None:
-        """Audio to play: gathered whole (bounded by `announcements.max_audio_s`), then queued."""
+        """Audio to play: gathered whole (bounded in bytes and by `announcements.max_audio_s`),
+        then queued."""
         if event.type == "audio-start":
-            self._discarding = False
-            self._recording = Recording.begin(event, self.service.settings.announcements.max_audio_s,
-                                              native=True)
+            self.recording, self._discarding = None, False
+            self.recording = self._begin(event)
             return
         if self._discarding:
             if event.type == "audio-stop":
                 self._discarding = False
             return
-        recording = self._recording
+        recording = self.recording
         if recording is None:
             raise Refused(f"{event.type} before audio-start", "no-audio-start")
         if event.type == "audio-chunk":
             try:
-                recording.push(event)
+                self._push(recording, event)
             except Refused:
-                self._recording, self._discarding = None, True  # the rest of this stream is dropped
+                self._drop_audio()
                 raise
             return
-        self._recording = None
+        self.recording = None
         samples = recording.finish()
         text, self._text = self._text, ""
         if samples.size:
             await self.service.play(self, samples, recording.rate, text)
         else:
             self.post(Played().event())  # nothing to play is played at once
+
+    def _begin(self, event: Event) -> Recording:
+        """A new stream to play, checked before anything of it is buffered."""
+        self._discarding = True  # until it is accepted: a refused stream's chunks are dropped quietly
+        if self.service.controller is not self:
+            raise Refused("this connection does not run the satellite (a newer run-satellite replaced "
+                          "it); send audio on the newest connection", "not-controller")
+        recording = Recording.begin(event, self.service.settings.announcements.max_audio_s, native=True)
+        bad_rate = implausible_rate(recording.rate)
+        if bad_rate is not None:
+            raise Refused(f"audio-start: {bad_rate}", "bad-audio-format")
+        self._discarding = False
+        return recording
+
+    def _push(self, recording: Recording, event: Event) -> None:
+        """One chunk, refused before it is buffered if the stream would outgrow its byte bound."""
+        _, width, channels = recording.format
+        frames = len(event.payload or b"") // (width * channels)
+        limit = self.service.settings.wyoming.max_announce_bytes
+        if (recording.samples + frames) * SAMPLE_BYTES > limit:
+            raise Refused(f"audio to play larger than {limit} bytes once decoded "
+                          f"(wyoming.max_announce_bytes: {limit / recording.rate / SAMPLE_BYTES:.0f} s "
+                          f"at {recording.rate} Hz)", "audio-too-large")
+        recording.push(event)

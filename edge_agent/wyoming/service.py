@@ -2,7 +2,7 @@
 
 `edge-agent wyoming` runs it alone; `edge-agent run` runs it inside the daemon
 (`wyoming.enabled`), handing it the daemon's synthesizer and recogniser so no
-model is loaded twice.
+model is loaded twice, with the satellite on an endpoint of its own.
 """
 
 from __future__ import annotations
@@ -45,26 +45,24 @@ def load_wake(settings: Settings) -> WakeService | None:
         return None
 
 
-class WyomingService:
-    """The server and (optionally) its zeroconf advertisement, started and stopped together."""
+class Endpoint:
+    """One server on one URI and (optionally) its zeroconf advertisement, started and stopped together."""
 
-    def __init__(self, settings: Settings, synth: Callable[[], Synthesizer],
-                 transcriber: Transcriber | None, wake: WakeService | None = None,
-                 satellite: SatelliteService | None = None) -> None:
+    def __init__(self, services: Services, settings: Settings, uri: str, suffix: str = "") -> None:
         self.settings = settings
-        services = Services(tts=TtsService(synth, settings),
-                            asr=AsrService(transcriber, settings) if transcriber is not None else None,
-                            wake=wake, satellite=satellite)
+        self.uri = uri
+        self.suffix = suffix
+        """Added to the advertised name (the device id), so two endpoints of a device differ."""
         self.server = WyomingServer(services, settings.wyoming)
         self.address: tuple[str, int] | None = None
         self.advertisement: Advertisement | None = None
 
     async def start(self) -> tuple[str, int]:
         """Listen, then advertise (an advertisement that fails is logged: the server still runs)."""
-        endpoint = parse_uri(self.settings.wyoming.uri, ("tcp",))
+        endpoint = parse_uri(self.uri, ("tcp",))
         self.address = host, port = await self.server.start(endpoint.host, endpoint.port)
         if self.settings.wyoming.zeroconf:
-            advertisement = Advertisement(self.settings.device.resolved_id, endpoint.host, port)
+            advertisement = Advertisement(self.settings.device.resolved_id, endpoint.host, port, self.suffix)
             try:
                 await advertisement.start()
                 self.advertisement = advertisement
@@ -73,13 +71,72 @@ class WyomingService:
                             "Assistant by host and port %d", exc, port)
         return host, port
 
-    @property
-    def satellite(self) -> SatelliteService | None:
-        return self.server.services.satellite
-
     async def stop(self) -> None:
         if self.advertisement is not None:
             await self.advertisement.stop()
         await self.server.stop()
+
+
+class WyomingService:
+    """What the device offers over Wyoming: its services (text to speech, speech to text, wake word)
+    and, inside the daemon, its satellite.
+
+    Home Assistant loads no services from an endpoint whose `info` has a satellite
+    (homeassistant/components/wyoming/data.py), so with a satellite there are two
+    endpoints, both advertised: `wyoming.uri` is the satellite's (its `info` also lists
+    the wake words, which Home Assistant reads to name a detection) and
+    `wyoming.services_uri` the services'. Both share one voice, one Whisper and one set
+    of wake models: the objects handed in here.
+    """
+
+    def __init__(self, settings: Settings, synth: Callable[[], Synthesizer],
+                 transcriber: Transcriber | None, wake: WakeService | None = None,
+                 satellite: SatelliteService | None = None) -> None:
+        self.settings = settings
+        offered = Services(tts=TtsService(synth, settings),
+                           asr=AsrService(transcriber, settings) if transcriber is not None else None,
+                           wake=wake)
+        if satellite is None:
+            self.services = Endpoint(offered, settings, settings.wyoming.uri)
+            self.endpoints = [self.services]
+            self._satellite: Endpoint | None = None
+        else:
+            self._satellite = Endpoint(Services(wake=wake, satellite=satellite), settings,
+                                       settings.wyoming.uri)
+            self.services = Endpoint(offered, settings, settings.wyoming.services_uri, suffix="-services")
+            self.endpoints = [self._satellite, self.services]
+
+    async def start(self) -> tuple[str, int]:
+        """Start every endpoint (none stays open when one cannot); the address of the first: the
+        satellite's, or the services' where there is no satellite."""
+        started: list[Endpoint] = []
+        try:
+            for endpoint in self.endpoints:
+                await endpoint.start()
+                started.append(endpoint)
+        except BaseException:
+            for endpoint in started:
+                await endpoint.stop()
+            raise
+        assert self.address is not None
+        return self.address
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """Where the first endpoint listens (the satellite's where there is one)."""
+        return self.endpoints[0].address
+
+    @property
+    def services_address(self) -> tuple[str, int] | None:
+        """Where text to speech, speech to text and wake word detection are served."""
+        return self.services.address
+
+    @property
+    def satellite(self) -> SatelliteService | None:
+        return self._satellite.server.services.satellite if self._satellite is not None else None
+
+    async def stop(self) -> None:
+        for endpoint in self.endpoints:
+            await endpoint.stop()
         if self.satellite is not None:
             self.satellite.close()

@@ -90,6 +90,7 @@ def satellite(tmp_path: Path, broker: Any, whisper_dir: Path) -> Iterator[dict[s
     source = SettingsSource(config, {
         "mqtt.broker": broker.url, "device.id": "dev1", "daemon.out_dir": str(tmp_path / "out"),
         "wyoming.enabled": True, "wyoming.uri": "tcp://127.0.0.1:0", "wyoming.zeroconf": False,
+        "wyoming.services_uri": "tcp://127.0.0.1:0",
         "listen.mode": "wake", "asr.model": str(whisper_dir), "announcements.max_audio_s": 8.0})
     mic = Microphone()
 
@@ -105,8 +106,9 @@ def satellite(tmp_path: Path, broker: Any, whisper_dir: Path) -> Iterator[dict[s
         wait_until(lambda: daemon.wyoming is not None and daemon.wyoming.address, timeout=120,
                    what="the wyoming server")
         assert daemon.wyoming is not None and daemon.wyoming.address is not None
+        assert daemon.wyoming.services_address is not None
         yield {"daemon": daemon, "port": daemon.wyoming.address[1], "mic": mic, "out": tmp_path / "out",
-               "watcher": watcher}
+               "watcher": watcher, "services_port": daemon.wyoming.services_address[1]}
     finally:
         daemon.stop()
         thread.join(30)
@@ -116,12 +118,12 @@ def satellite(tmp_path: Path, broker: Any, whisper_dir: Path) -> Iterator[dict[s
 
 
 async def next_event(client: AsyncTcpClient, wanted: str, timeout: float = 30.0) -> Event:
-    """The next event of type `wanted` (pings and other chatter skipped)."""
+    """The next event of type `wanted` (pings and other chatter skipped); "" takes any but a pong."""
     async with asyncio.timeout(timeout):
         while True:
             event = await client.read_event()
             assert event is not None, f"the device closed the connection waiting for {wanted}"
-            if event.type == wanted:
+            if event.type == wanted or (not wanted and event.type != "pong"):
                 return event
 
 
@@ -159,8 +161,11 @@ def test_a_whole_turn_and_an_announcement_as_home_assistant_runs_them(
             mic.say(np.concatenate([silence(0.3), command]))
             detection = await next_event(client, "detection")
             pipeline = await next_event(client, "run-pipeline")
-            start = AudioStart.from_event(await next_event(client, "audio-start"))
-            pcm = b""
+            before_audio = []  # Home Assistant logs anything but chunks here as unexpected
+            while (event := await next_event(client, "")).type != "audio-chunk":
+                before_audio.append(event.type)
+            first = AudioChunk.from_event(event)
+            pcm = first.audio
             while len(pcm) < 2 * RATE * 2.5:  # Home Assistant's VAD would end it; 2.5 s holds the command
                 pcm += AudioChunk.from_event(await next_event(client, "audio-chunk")).audio
             streamed = np.frombuffer(pcm, "<i2").astype(np.float32) / 32768
@@ -174,8 +179,8 @@ def test_a_whole_turn_and_an_announcement_as_home_assistant_runs_them(
             await next_event(client, "played")
             await client.write_event(TimerFinished(id="kitchen").event())
             await client.write_event(PauseSatellite().event())
-            return {"info": info, "detection": detection.data, "pipeline": pipeline.data, "start": start,
-                    "heard": heard}
+            return {"info": info, "detection": detection.data, "pipeline": pipeline.data, "first": first,
+                    "before_audio": before_audio, "heard": heard}
 
     got = asyncio.run(home_assistant())
     info = got["info"]
@@ -183,7 +188,8 @@ def test_a_whole_turn_and_an_announcement_as_home_assistant_runs_them(
     assert info.satellite.name == "dev1" and info.wake  # the wake word Home Assistant resolves names with
     assert got["detection"]["name"] == "okay_nabu"
     assert got["pipeline"]["start_stage"] == "asr" and got["pipeline"]["end_stage"] == "tts"
-    assert (got["start"].rate, got["start"].width, got["start"].channels) == (16000, 2, 1)
+    assert "audio-start" not in got["before_audio"]  # the chunks say their format
+    assert (got["first"].rate, got["first"].width, got["first"].channels) == (16000, 2, 1)
     assert "kitchen lights" in got["heard"].lower()  # what was streamed is the command
     answers = list(out.glob("ha-answer-*.wav"))
     notices = list(out.glob("ha-announce-*.wav"))
@@ -292,3 +298,69 @@ def test_home_assistant_giving_up_ends_the_turn_and_later_audio_is_an_announceme
     assert len(list(out.glob("ha-announce-*.wav"))) == 1
     ended = satellite["watcher"].wait("edge/dev1/wake")
     assert len(ended) == 1
+
+
+def ha_platforms(info: Info) -> set[str]:
+    """What Home Assistant's wyoming integration loads for a service with this `info`
+    (homeassistant/components/wyoming/data.py: nothing but the satellite for a satellite)."""
+    if info.satellite is not None and info.satellite.installed:
+        return {"assist_satellite"}
+    kinds = {"stt": info.asr, "tts": info.tts, "wake_word": info.wake}
+    return {platform for platform, programs in kinds.items() if any(p.installed for p in programs)}
+
+
+def test_one_run_gives_home_assistant_the_satellite_and_the_services_with_the_models_loaded_once(
+        satellite, clip_cache, piper_voice) -> None:
+    daemon, port, services_port = satellite["daemon"], satellite["port"], satellite["services_port"]
+    watcher = satellite["watcher"]
+    notice = clip_22k(NOTICE, clip_cache, piper_voice)
+
+    async def describe(at: int) -> Info:
+        async with AsyncTcpClient("127.0.0.1", at) as client:
+            await client.write_event(Describe().event())
+            return Info.from_event(await next_event(client, "info", timeout=5))
+
+    async def synthesize() -> bytes:
+        async with AsyncTcpClient("127.0.0.1", services_port) as client:
+            await client.write_event(Synthesize(text="One. Two.").event())
+            pcm = b""
+            while (event := await next_event(client, "")).type != "audio-stop":
+                if AudioChunk.is_type(event.type):
+                    pcm += AudioChunk.from_event(event).audio
+            return pcm
+
+    def published_connected() -> bool:
+        """What the device status on MQTT says last (statuses coalesce: the newest one counts)."""
+        seen = [d["satellite"]["connected"] for d in watcher.find("edge/dev1/status") if "satellite" in d]
+        return bool(seen) and seen[-1] is True
+
+    async def home_assistant() -> list[bool]:
+        """Muted and unmuted within a second (pause, no run-satellite), then an announcement."""
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(RunSatellite().event())
+            await client.write_event(PauseSatellite().event())
+            connected = []
+            for _ in range(2):  # Home Assistant's loop goes on pinging every ~2 s
+                await client.write_event(Ping().event())
+                await next_event(client, "pong")
+                connected.append(daemon.satellite.status()["connected"])
+            # Home Assistant runs the satellite; the device's published status says so too.
+            await asyncio.to_thread(wait_until, published_connected, what="the status after the unmute")
+            await send_audio(client, notice, 22050)
+            await next_event(client, "played")
+            return connected
+
+    sat_info, services_info = asyncio.run(describe(port)), asyncio.run(describe(services_port))
+    assert ha_platforms(sat_info) == {"assist_satellite"} and not sat_info.asr and not sat_info.tts
+    assert sat_info.wake  # what Home Assistant names the satellite's detections with
+    assert services_info.satellite is None
+    assert ha_platforms(services_info) == {"stt", "tts", "wake_word"}
+    assert len(asyncio.run(synthesize())) > 0
+    # One voice, one Whisper: the services endpoint holds the daemon's own objects.
+    services = daemon.wyoming.services.server.services
+    assert services.tts.synth() is daemon.synth
+    assert services.asr.transcriber is daemon.listener.transcriber
+    assert daemon.wyoming.endpoints[0].server.services.wake is services.wake
+
+    assert asyncio.run(home_assistant()) == [False, True]
+    assert len(list(satellite["out"].glob("ha-announce-*.wav"))) == 1

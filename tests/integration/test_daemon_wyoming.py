@@ -21,14 +21,15 @@ def test_the_daemon_serves_wyoming_with_its_own_synthesizer_and_stops_it(tmp_pat
     synth = ToneSynth(rate=22050)
     source = SettingsSource(config, {"mqtt.broker": broker.url, "device.id": "dev1",
                                      "daemon.out_dir": str(tmp_path / "out"), "wyoming.enabled": True,
-                                     "wyoming.uri": "tcp://127.0.0.1:0", "wyoming.zeroconf": False})
+                                     "wyoming.uri": "tcp://127.0.0.1:0", "wyoming.zeroconf": False,
+                                     "wyoming.services_uri": "tcp://127.0.0.1:0"})
     daemon = Daemon(source, synthesizer_factory=lambda s: synth, listener_factory=lambda s, accept_wake: None)
     thread = threading.Thread(target=lambda: asyncio.run(daemon.run()), daemon=True)
     thread.start()
     try:
         wait_until(lambda: daemon.wyoming is not None and daemon.wyoming.address, what="wyoming server")
-        assert daemon.wyoming is not None and daemon.wyoming.address is not None
-        _, port = daemon.wyoming.address
+        assert daemon.wyoming is not None and daemon.wyoming.services_address is not None
+        _, port = daemon.wyoming.services_address  # the satellite (on by default) has wyoming.uri
 
         async def go() -> tuple[Info, bytes]:
             async with AsyncTcpClient("127.0.0.1", port) as client:

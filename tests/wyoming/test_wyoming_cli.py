@@ -17,10 +17,9 @@ from pathlib import Path
 
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info
-from zeroconf import IPVersion, ServiceStateChange
-from zeroconf.asyncio import AsyncServiceBrowser, AsyncZeroconf
 
 from edge_agent.wyoming.advertise import SERVICE_TYPE
+from tests.wyoming.wyoming_support import browse
 
 
 def _lines(stream: object) -> queue.Queue[str]:
@@ -32,26 +31,6 @@ def _lines(stream: object) -> queue.Queue[str]:
 
     threading.Thread(target=pump, daemon=True).start()
     return out
-
-
-async def _browse(name: str, timeout: float) -> tuple[list[str], int]:
-    zc = AsyncZeroconf(interfaces=["127.0.0.1"], ip_version=IPVersion.V4Only)
-    found: asyncio.Queue[str] = asyncio.Queue()
-
-    def on_change(zeroconf: object, service_type: str, name: str, state_change: ServiceStateChange) -> None:
-        if state_change is ServiceStateChange.Added:
-            found.put_nowait(name)
-
-    browser = AsyncServiceBrowser(zc.zeroconf, SERVICE_TYPE, handlers=[on_change])
-    try:
-        while (seen := await asyncio.wait_for(found.get(), timeout)) != name:
-            pass
-        info = await zc.async_get_service_info(SERVICE_TYPE, seen, 3000)
-        assert info is not None
-        return info.parsed_addresses(), int(info.port or 0)
-    finally:
-        await browser.async_cancel()
-        await zc.async_close()
 
 
 async def _describe(port: int) -> Info:
@@ -72,7 +51,7 @@ def test_wyoming_verb_is_advertised_by_device_id_serves_and_stops_on_sigterm(whi
         line = _lines(proc.stdout).get(timeout=60)
         assert line.startswith("wyoming server on tcp://127.0.0.1:"), line
         port = int(line.rsplit(":", 1)[1])
-        addresses, advertised = asyncio.run(_browse(f"{device}.{SERVICE_TYPE}", 10))
+        addresses, advertised = asyncio.run(browse(f"{device}.{SERVICE_TYPE}", 10))
         assert (addresses, advertised) == (["127.0.0.1"], port)
         info = asyncio.run(_describe(port))
         assert info.tts[0].voices[0].name == "en_US-joe-medium"
