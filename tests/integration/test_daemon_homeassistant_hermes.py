@@ -176,9 +176,47 @@ def test_hermes_say_for_our_site_is_spoken_once_and_answered_with_say_finished(
     finally:
         running.stop()
     assert finished == [{"id": "say-1", "siteId": "kitchen", "sessionId": "sess-9"}]
-    assert [p.name for p in (tmp_path / "out").glob("*.wav")] == ["hermes:say-1:sess-9.wav"]
+    assert [p.name for p in (tmp_path / "out").glob("*.wav")] == ["hermes:say-1.wav"]
     assert captured[0]["text"] == "turn on the lights" and captured[0]["siteId"] == "kitchen"
     assert captured[0]["seconds"] == 1.5
     assert captured[0]["sessionId"] == "conv-1" and captured[0]["wakewordId"] == "Okay Nabu"
     assert hotword[0]["modelId"] == "okay_nabu" and hotword[0]["siteId"] == "kitchen"
     assert hotword[0]["sessionId"] == "conv-1"
+
+
+def test_a_hermes_say_is_deduplicated_by_its_id_whatever_its_session(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
+    running = InProcess(tmp_path, broker, {"hermes.enabled": True, "hermes.site_id": "kitchen"})
+    try:
+        producer.publish("hermes/tts/say", {"text": "Once.", "siteId": "kitchen", "id": "s-1",
+                                            "sessionId": "first"})
+        producer.publish("hermes/tts/say", {"text": "Once.", "siteId": "kitchen", "id": "s-1",
+                                            "sessionId": "second"})
+        producer.publish("hermes/tts/say", {"text": "Next.", "siteId": "kitchen", "id": "s-2"})
+        finished = everything.wait("hermes/tts/sayFinished", count=2)
+        metrics = running.daemon.announcements.metrics
+        wait_until(lambda: metrics.counter("announcements_duplicate") == 1, what="the same id again")
+    finally:
+        running.stop()
+    assert finished == [{"id": "s-1", "siteId": "kitchen", "sessionId": "first"},
+                        {"id": "s-2", "siteId": "kitchen", "sessionId": None}]
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.wav")) == ["hermes:s-1.wav", "hermes:s-2.wav"]
+
+
+@pytest.mark.parametrize("say_id", ["say-n\n", "room/kitchen 1"])
+def test_a_hermes_id_that_cannot_name_a_file_is_spoken_once_and_answered_with_that_id(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer, say_id: str) -> None:
+    running = InProcess(tmp_path, broker, {"hermes.enabled": True, "hermes.site_id": "kitchen"})
+    try:
+        say = {"text": "Odd id.", "siteId": "kitchen", "id": say_id, "sessionId": "sess-1"}
+        producer.publish("hermes/tts/say", say)
+        producer.publish("hermes/tts/say", say)  # redelivered: still one announcement
+        finished = everything.wait("hermes/tts/sayFinished")
+        done = everything.wait("edge/dev1/announce/status", lambda d: d["state"] == "done")
+        metrics = running.daemon.announcements.metrics
+        wait_until(lambda: metrics.counter("announcements_duplicate") == 1, what="the redelivered say")
+    finally:
+        running.stop()
+    assert finished == [{"id": say_id, "siteId": "kitchen", "sessionId": "sess-1"}]
+    assert done[0]["id"].startswith("hermes::h")
+    assert len(list((tmp_path / "out").glob("*.wav"))) == 1
