@@ -500,6 +500,9 @@ class DaemonSettings:
     """How often a metrics snapshot is published; 0 turns it off."""
     listen: bool = True
     """Listen and publish transcripts when an ASR model is present."""
+    state_dir: Path = field(default_factory=lambda: _state_home() / "daemon")
+    """What the user switched at run time (microphone mute, volume from Home Assistant), kept
+    across restarts."""
 
     def __post_init__(self) -> None:
         if self.metrics_s < 0:

@@ -63,6 +63,7 @@ from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.audio.sinks import AudioOutput
 from edge_agent.audio.sources import WavFileSource
 from edge_agent.config import Settings, load_settings
+from edge_agent.controls import ControlState, ControlStore
 from edge_agent.errors import EdgeError
 from edge_agent.fleet.manager import ActiveConfig, FleetManager, Report
 from edge_agent.hermes.adapter import HermesAdapter
@@ -185,6 +186,13 @@ class Daemon:
         except EdgeError as exc:
             log.error("fleet config version %d no longer loads (%s); running with the local config",
                       active.version, exc)
+        self.controls = ControlStore(self.base.daemon.state_dir)
+        controls = self.controls.load()  # before anything listens: a muted microphone stays closed
+        self._mic_muted = controls.mic_muted
+        self._user_volume = controls.volume
+        """The volume Home Assistant set, until a config changes `audio.volume`; None: the config's."""
+        self._config_volume = self.settings.audio.volume
+        self.settings = self._with_user_volume(self.settings)
         self.topics = Topics(self.settings.mqtt.prefix, self.device, self.settings.device.group)
         speaking = Speaking(self.settings.announcements, self._make_synth(self.settings),
                             self._make_opener(self.settings), _tts_voices(self.settings))
@@ -192,7 +200,6 @@ class Daemon:
                           on_error=self._journal_error)
         self.announcements = Announcer(speaking, journal, metrics=self.metrics)
         self.announcements.observe(self._publish_announce_status)
-        self._mic_muted = False
         self._mute_lock = asyncio.Lock()
         self.homeassistant: HomeAssistantAdapter | None = None
         if self.settings.mqtt.ha_discovery:
@@ -397,6 +404,10 @@ class Daemon:
     def _activate(self, active: ActiveConfig) -> None:
         """Reload the parts a config changes and check them; raise to make the fleet roll back."""
         new = self.source.build(active.layer)
+        if new.audio.volume != self._config_volume:  # the config sets a new volume: the latest word wins
+            self._config_volume, self._user_volume = new.audio.volume, None
+            self._save_controls()
+        new = self._with_user_volume(new)
         old = self.settings
         changed = {f.name for f in dataclasses.fields(Settings)
                    if getattr(old, f.name) != getattr(new, f.name)}
@@ -453,6 +464,7 @@ class Daemon:
             log.info("not listening: listen.mode is off")
             return
         if self._mic_muted:
+            log.info("not listening: the microphone is muted")
             self.listening = {"mode": mode, "state": "muted"}
             return
         try:
@@ -612,7 +624,10 @@ class Daemon:
         return self.settings.audio.volume
 
     def set_volume(self, volume: float) -> None:
-        """Speak later announcements at `volume` (until a config reload sets `audio.volume` again)."""
+        """Speak later announcements at `volume`, after a restart too (until a config sets another
+        `audio.volume`)."""
+        self._user_volume = volume
+        self._save_controls()
         new = replace(self.settings, audio=replace(self.settings.audio, volume=volume))
         self.announcements.swap(replace(self.announcements.speaking, opener=self._make_opener(new)))
         self.settings = new
@@ -622,13 +637,29 @@ class Daemon:
         return self._mic_muted
 
     def set_mic_muted(self, muted: bool) -> None:
-        """Close the microphone (the listener stops) or open it again, on the daemon loop."""
-        if muted == self._mic_muted:
-            return
+        """Close the microphone (the listener stops) or open it again, on the daemon loop; kept
+        across restarts (saved before the command is acknowledged)."""
+        changed = muted != self._mic_muted
         self._mic_muted = muted
+        self._save_controls()  # also when unchanged: a switch rewrites a file that was unreadable
+        if not changed:
+            return
         log.info("microphone %s", "muted" if muted else "unmuted")
         if self._loop is not None:
             asyncio.run_coroutine_threadsafe(self._apply_mute(), self._loop)
+
+    def _save_controls(self) -> None:
+        state = ControlState(mic_muted=self._mic_muted, volume=self._user_volume)
+        try:
+            self.controls.save(state)
+        except OSError as exc:
+            log.error("cannot save the microphone mute and volume to %s (%s): they hold until the "
+                      "daemon restarts", self.controls.path, exc.strerror or exc)
+
+    def _with_user_volume(self, settings: Settings) -> Settings:
+        if self._user_volume is None:
+            return settings
+        return replace(settings, audio=replace(settings.audio, volume=self._user_volume))
 
     async def _apply_mute(self) -> None:
         async with self._mute_lock:  # one switch at a time; the last request wins

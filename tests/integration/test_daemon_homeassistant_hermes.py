@@ -220,3 +220,48 @@ def test_a_hermes_id_that_cannot_name_a_file_is_spoken_once_and_answered_with_th
     assert finished == [{"id": say_id, "siteId": "kitchen", "sessionId": "sess-1"}]
     assert done[0]["id"].startswith("hermes::h")
     assert len(list((tmp_path / "out").glob("*.wav"))) == 1
+
+
+def test_the_volume_set_from_home_assistant_holds_after_a_restart(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
+    overrides = {"mqtt.ha_discovery": True, "daemon.state_dir": str(tmp_path / "daemon")}
+    running = InProcess(tmp_path, broker, overrides)
+    try:
+        producer.publish("edge/dev1/ha/volume/set", b"0.5")
+        wait_until(lambda: any(m.payload == b"0.5" for m in everything.messages
+                               if m.topic == "edge/dev1/ha/volume"), what="volume state")
+    finally:
+        running.stop()
+    late = Watcher(broker.url, topic="edge/dev1/ha/volume")
+    try:
+        running = InProcess(tmp_path, broker, overrides)
+        try:
+            wait_until(lambda: len(late.messages) >= 2, what="the retained volume and the restarted one")
+            producer.publish("edge/dev1/announce", {"id": "v2", "text": "One."})
+            everything.wait("edge/dev1/announce/status", lambda d: d["id"] == "v2" and d["state"] == "done")
+        finally:
+            running.stop()
+    finally:
+        late.close()
+    assert {m.payload for m in late.messages} == {b"0.5"}
+    level = float(np.max(np.abs(read_wav(tmp_path / "out" / "v2.wav").samples)))
+    assert abs(level - 0.05) < 0.002  # ToneSynth's 0.1 at half volume
+
+
+def test_an_unreadable_mute_file_keeps_the_microphone_closed_and_says_muted(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
+    state = tmp_path / "daemon"
+    state.mkdir()
+    (state / "controls.json").write_bytes(b'{"mic_muted": fa')  # torn, or written by someone else
+    made = Listening.made
+    running = InProcess(tmp_path, broker, {"mqtt.ha_discovery": True, "daemon.state_dir": str(state)})
+    try:
+        status = everything.wait("edge/dev1/status", lambda d: d["state"] == "online")[0]
+        wait_until(lambda: any(m.payload == b"ON" for m in everything.messages
+                               if m.topic == "edge/dev1/ha/mic_mute"), what="mute state ON")
+        assert status["listen"]["state"] == "muted" and Listening.made == made
+        producer.publish("edge/dev1/ha/mic_mute/set", b"OFF")  # the user's switch mends it
+        wait_until(lambda: running.daemon.listener is not None, what="microphone open")
+    finally:
+        running.stop()
+    assert (state / "controls.json").read_text().startswith('{"mic_muted": false')
