@@ -61,7 +61,7 @@ from edge_agent.announce.pipeline import Announcer, Speaking
 from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, play_chime, remove_partials
 from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.audio.sinks import AudioOutput
-from edge_agent.audio.sources import WavFileSource
+from edge_agent.audio.sources import CommandSource
 from edge_agent.config import Settings, load_settings
 from edge_agent.controls import ControlState, ControlStore
 from edge_agent.errors import EdgeError
@@ -132,9 +132,7 @@ def asr_listener(settings: Settings, accept_wake: WakeFilter) -> HearingLoop | N
     if not (resolve_export_dir(settings.asr, settings.models) / "manifest.json").is_file():
         return None
     store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
-    path = settings.audio.input_file
-    return build_hearing(settings, store, WavFileSource(path) if path is not None else None,
-                         accept_wake)
+    return build_hearing(settings, store, None, accept_wake)  # the configured input, once the models load
 
 
 @dataclass(frozen=True)
@@ -488,9 +486,22 @@ class Daemon:
             self.listening["wake_words"] = list(settings.wake.models)
         if isinstance(self.listener, HearingLoop):
             self.listener.hearing.stream_turns = self._stream_turns
+        source = getattr(self.listener, "source", None)
+        if isinstance(source, CommandSource):
+            listener = self.listener
+            source.on_trouble = lambda problem: self._input_trouble(listener, problem)
         self.listener.start(self._on_event, on_error=on_error,
                             on_end=lambda: log.info("listener ended (its source closed)"))
         log.info("listening", extra={"mode": mode})
+
+    def _input_trouble(self, listener: HearingLoop, problem: str | None) -> None:
+        """`audio.input_command` exited (and is being started again), or hears again: on the status."""
+        if self.listener is not listener:
+            return  # muted or stopped since
+        state = {k: v for k, v in self.listening.items() if k != "error"}
+        state.update({"state": "unavailable", "error": problem} if problem else {"state": "listening"})
+        self.listening = state
+        self._publish(self._status_message("online"))
 
     # -- Wyoming -------------------------------------------------------------------------
 
