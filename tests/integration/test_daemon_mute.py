@@ -3,9 +3,7 @@ the real hearing loop: wake word, VAD and the exported Whisper on a Piper clip).
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,30 +12,10 @@ import pytest
 from speech_fixtures import silence, write_wav
 
 from edge_agent.bench.clips import load_16k, piper_clip
-from edge_agent.daemon import Daemon, SettingsSource
-from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, wait_until
+from tests.daemon_support import HearingDaemon
+from tests.mqtt_support import Producer, Watcher, wait_until
 
 WAKE_COMMAND = "Okay Nabu, turn on the kitchen lights."
-
-
-class Running:
-    """`edge-agent run` in this process with the real listener (what it hears: `audio.input_file`)."""
-
-    def __init__(self, tmp_path: Path, broker: Any, whisper_dir: Path, heard: Path) -> None:
-        config = device_config(tmp_path / "device.yaml", tmp_path,
-                               daemon={"state_dir": str(tmp_path / "daemon")})
-        source = SettingsSource(config, {"mqtt.broker": broker.url, "device.id": "dev1",
-                                         "mqtt.ha_discovery": True, "daemon.out_dir": str(tmp_path / "out"),
-                                         "asr.model": str(whisper_dir), "audio.input_file": str(heard)})
-        self.daemon = Daemon(source, synthesizer_factory=lambda s: ToneSynth())
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.daemon.run()), daemon=True)
-        self.thread.start()
-        wait_until(lambda: self.daemon.bridge is not None and self.daemon.bridge.connected, what="connect")
-
-    def stop(self) -> None:
-        self.daemon.stop()
-        self.thread.join(60)
-        assert not self.thread.is_alive()
 
 
 def mute_states(watcher: Watcher) -> list[bytes]:
@@ -53,9 +31,10 @@ def test_a_microphone_muted_from_home_assistant_stays_muted_after_a_restart(
         tmp_path: Path, broker: Any, whisper_dir: Path, wake_command: np.ndarray) -> None:
     quiet = write_wav(tmp_path / "quiet.wav", silence(0.5))
     room = write_wav(tmp_path / "room.wav", np.concatenate([silence(0.5), wake_command, silence(2.0)]))
+    settings = {"mqtt.ha_discovery": True, "daemon.out_dir": str(tmp_path / "out")}
     producer = Producer(broker.url)
     try:
-        first = Running(tmp_path, broker, whisper_dir, quiet)
+        first = HearingDaemon(tmp_path, broker, whisper_dir, {**settings, "audio.input_file": str(quiet)})
         try:
             seen = Watcher(broker.url)
             try:
@@ -69,7 +48,7 @@ def test_a_microphone_muted_from_home_assistant_stays_muted_after_a_restart(
 
         after = Watcher(broker.url)
         try:
-            second = Running(tmp_path, broker, whisper_dir, room)
+            second = HearingDaemon(tmp_path, broker, whisper_dir, {**settings, "audio.input_file": str(room)})
             try:
                 status = after.wait("edge/dev1/status", lambda d: d["state"] == "online")[0]
                 assert status["listen"]["state"] == "muted"
