@@ -185,6 +185,7 @@ class Daemon:
             log.error("fleet config version %d no longer loads (%s); running with the local config",
                       active.version, exc)
         self.controls = ControlStore(self.base.daemon.state_dir)
+        self._controls_lock = threading.Lock()
         controls = self.controls.load()  # before anything listens: a muted microphone stays closed
         self._mic_muted = controls.mic_muted
         self._user_volume = controls.volume
@@ -402,10 +403,9 @@ class Daemon:
     def _activate(self, active: ActiveConfig) -> None:
         """Reload the parts a config changes and check them; raise to make the fleet roll back."""
         new = self.source.build(active.layer)
-        if new.audio.volume != self._config_volume:  # the config sets a new volume: the latest word wins
-            self._config_volume, self._user_volume = new.audio.volume, None
-            self._save_controls()
-        new = self._with_user_volume(new)
+        config_volume = new.audio.volume
+        if config_volume == self._config_volume:  # else the config sets a new volume: the latest word wins
+            new = self._with_user_volume(new)
         old = self.settings
         changed = {f.name for f in dataclasses.fields(Settings)
                    if getattr(old, f.name) != getattr(new, f.name)}
@@ -424,6 +424,9 @@ class Daemon:
         if "mqtt" in changed:
             log.warning("changed mqtt settings take effect at the next start")
         self.settings = new
+        if config_volume != self._config_volume:
+            self._config_volume, self._user_volume = config_volume, None
+            self._save_controls()
         if "device" in changed:
             self.topics = Topics(new.mqtt.prefix, self.device, new.device.group)
             if self.bridge is not None:
@@ -660,9 +663,9 @@ class Daemon:
             asyncio.run_coroutine_threadsafe(self._apply_mute(), self._loop)
 
     def _save_controls(self) -> None:
-        state = ControlState(mic_muted=self._mic_muted, volume=self._user_volume)
         try:
-            self.controls.save(state)
+            with self._controls_lock:  # the MQTT thread and a reload: each saves the whole state
+                self.controls.save(ControlState(mic_muted=self._mic_muted, volume=self._user_volume))
         except OSError as exc:
             log.error("cannot save the microphone mute and volume to %s (%s): they hold until the "
                       "daemon restarts", self.controls.path, exc.strerror or exc)

@@ -20,7 +20,7 @@ from edge_agent.daemon import Daemon, SettingsSource
 from edge_agent.homeassistant.discovery import NOTIFY_TEMPLATE
 from edge_agent.listen import Heard, Woke
 from edge_agent.wake.engine import Detection
-from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, wait_until
+from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, signed, wait_until
 
 
 class Listening:
@@ -265,3 +265,30 @@ def test_an_unreadable_mute_file_keeps_the_microphone_closed_and_says_muted(
     finally:
         running.stop()
     assert (state / "controls.json").read_text().startswith('{"mic_muted": false')
+
+
+def test_a_config_that_sets_the_volume_replaces_home_assistants_and_one_that_does_not_keeps_it(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
+    def level(ann_id: str) -> float:
+        producer.publish("edge/dev1/announce", {"id": ann_id, "text": "One."})
+        everything.wait("edge/dev1/announce/status", lambda d: d["id"] == ann_id and d["state"] == "done")
+        return float(np.max(np.abs(read_wav(tmp_path / "out" / f"{ann_id}.wav").samples)))
+
+    def applied(version: int) -> None:
+        everything.wait("edge/dev1/config/status",
+                        lambda d: d["version"] == version and d["state"] == "applied")
+
+    overrides = {"mqtt.ha_discovery": True, "daemon.state_dir": str(tmp_path / "d")}
+    running = InProcess(tmp_path, broker, overrides)
+    try:
+        producer.publish("edge/dev1/ha/volume/set", b"0.5")
+        wait_until(lambda: running.daemon.volume() == 0.5, what="Home Assistant's volume")
+        producer.publish("edge/dev1/config", signed(3, {"wake": {"chime": False}}))
+        applied(3)
+        assert abs(level("after-3") - 0.05) < 0.002  # a config about something else keeps it
+        producer.publish("edge/dev1/config", signed(4, {"audio": {"volume": 0.8}}))
+        applied(4)
+        assert abs(level("after-4") - 0.08) < 0.002  # the config's word is the latest
+    finally:
+        running.stop()
+    assert '"volume": null' in (tmp_path / "d" / "controls.json").read_text()
