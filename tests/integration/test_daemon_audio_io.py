@@ -73,6 +73,22 @@ def test_an_input_command_that_exits_is_on_the_status_and_started_again(
     assert error.endswith("starting it again in 0.5 s")
 
 
+def test_an_input_command_that_cannot_start_leaves_the_daemon_announcing_and_says_why(
+        tmp_path: Path, broker: Any, whisper_dir: Path, watcher: Watcher) -> None:
+    running = HearingDaemon(tmp_path, broker, whisper_dir,
+                            {"audio.input_command": "no-such-recorder -r 16000"})
+    producer = Producer(broker.url)
+    try:
+        status = watcher.wait("edge/dev1/status", lambda d: d.get("listen", {}).get("state") == "unavailable")
+        producer.publish("edge/dev1/announce", {"id": "still", "text": "Still here."})
+        watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "still" and d["state"] == "done")
+    finally:
+        producer.close()
+        running.stop()
+    assert status[0]["listen"]["error"] == ("audio.input_command: cannot start 'no-such-recorder' "
+                                            "(No such file or directory)")
+
+
 def test_the_daemon_hears_a_live_stream_fed_into_its_fifo(
         tmp_path: Path, broker: Any, whisper_dir: Path, room: np.ndarray, watcher: Watcher) -> None:
     fifo = tmp_path / "mic.pcm"
