@@ -39,6 +39,8 @@ POLL_S = 0.1
 RESTART_S = (0.5, 10.0)
 """An input command that exits is started again after the first delay, doubling up to the second;
 a run that lasted longer than the second starts the doubling over."""
+STALL_S = 10.0
+"""A recorder writes audio all the time (silence too): one silent this long is stuck, and restarted."""
 _EMPTY = np.zeros(0, dtype=np.float32)
 
 
@@ -113,15 +115,24 @@ def _converted(read: Callable[[], bytes], convert: PcmConverter, closed: Callabl
             yield out
 
 
-def _fd_reader(fd: int, size: int, closed: Callable[[], bool]) -> Callable[[], bytes]:
+class Stalled(AudioError):
+    """A live input gave no bytes for longer than it may."""
+
+
+def _fd_reader(fd: int, size: int, closed: Callable[[], bool],
+               stall_s: float | None = None) -> Callable[[], bytes]:
     """Reads of up to `size` bytes from `fd` that give up (returning b"") once `closed()`: a read
     blocked on a quiet pipe would otherwise hold the pump past `close()`. Only the reading
-    thread closes `fd`, after its last read, so the number is never read once reused."""
+    thread closes `fd`, after its last read, so the number is never read once reused. With
+    `stall_s`, a read that waits longer raises `Stalled`."""
     def read() -> bytes:
+        deadline = None if stall_s is None else time.monotonic() + stall_s
         while not closed():
             ready, _, _ = select.select([fd], [], [], POLL_S)
             if ready and not closed():
                 return os.read(fd, size)
+            if deadline is not None and time.monotonic() > deadline:
+                raise Stalled(f"gave no audio for {stall_s:g} s")
         return b""
     return read
 
@@ -282,7 +293,8 @@ class CommandSource:
 
     The command is started at once, so one that cannot run at all fails here with
     `AudioUnavailable`. One that exits later (a device unplugged, a sound server
-    restarting) is started again with backoff (`RESTART_S`); `on_trouble` hears why
+    restarting) or stops writing (`STALL_S`) is started again with backoff (`RESTART_S`);
+    `on_trouble` hears why
     (a line for the device status) and, with None, when audio flows again. Its stderr
     is logged at debug. The reading thread owns the process once it reads: `close`
     only says stop, and the reader stops the command within `POLL_S`.
@@ -293,12 +305,13 @@ class CommandSource:
 
     def __init__(self, command: str, rate: int = TARGET_RATE, channels: int = 1, width: int = 2, *,
                  block_s: float = 0.03, restart_s: tuple[float, float] = RESTART_S,
-                 name: str = "audio.input_command") -> None:
+                 stall_s: float = STALL_S, name: str = "audio.input_command") -> None:
         check_format(rate, channels, width, name)
         self.name = name
         self.argv = split_command(command, name)
         self.format = (rate, channels, width)
         self.restart_s = restart_s
+        self.stall_s = stall_s
         self.starts = 0
         """How often the command has been started."""
         self.on_trouble: Callable[[str | None], None] | None = None
@@ -337,11 +350,16 @@ class CommandSource:
             proc = self._proc
             if proc is not None:
                 started = time.monotonic()
-                yield from self._run(proc)
+                try:
+                    yield from self._run(proc)
+                    stalled = ""
+                except Stalled as exc:
+                    stalled = f"{self.name} {exc}"
                 if self._closed.is_set():
                     return
                 self._proc = None
-                problem = proc.describe_exit(proc.stop())
+                code = proc.stop()
+                problem = stalled or proc.describe_exit(code)
                 if time.monotonic() - started > self.restart_s[1]:
                     delay = self.restart_s[0]  # it had been working: not the same failure again
             self._report(f"{problem}; starting it again in {delay:g} s")
@@ -357,7 +375,7 @@ class CommandSource:
         """Its audio until it closes its output (or the source is closed)."""
         rate, channels, width = self.format
         convert = PcmConverter(rate, channels, width, self.name)  # a dead run's partial frame goes with it
-        read = _fd_reader(proc.stdout_fd, self._block_bytes, self._closed.is_set)
+        read = _fd_reader(proc.stdout_fd, self._block_bytes, self._closed.is_set, self.stall_s)
         for block in _converted(read, convert, self._closed.is_set, self.name):
             if self._troubled:
                 self._troubled = False

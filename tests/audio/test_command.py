@@ -111,6 +111,18 @@ def test_audio_again_after_a_restart_clears_the_trouble(tmp_path: Path) -> None:
     assert said[0] is not None and "exited with code 2" in said[0] and said[1] is None
 
 
+def test_a_recorder_that_stops_writing_is_taken_for_stuck_and_started_again() -> None:
+    source = CommandSource("sleep 600", stall_s=0.3, restart_s=(0.05, 0.2))  # alive, silent
+    said: list[str | None] = []
+    source.on_trouble = said.append
+    reader = Reader(source)
+    try:
+        wait_until(lambda: source.starts >= 2, what="the second start")
+    finally:
+        reader.stop()
+    assert said[0] == "audio.input_command gave no audio for 0.3 s; starting it again in 0.05 s"
+
+
 def test_a_command_that_cannot_start_is_unavailable_at_once() -> None:
     with pytest.raises(AudioUnavailable, match=r"audio.input_command: cannot start 'no-such-recorder'"):
         CommandSource("no-such-recorder -r 16000")
