@@ -25,6 +25,8 @@ Threads and loops (who owns what; also in docs/architecture.md):
   Its satellite (`wyoming.satellite`) takes streamed turns from the listener thread
   (`_on_event` only queues their events for the loop) and hands Home Assistant's audio
   to `Announcer.submit_audio` through `asyncio.to_thread`.
+- `audio-command-stderr`: one per run of `audio.input_command` / `audio.output_command`,
+  draining its stderr; the listener thread owns the input command (reads, restarts, stops it).
 - `retire-synth`: one short-lived thread per reload that replaced the voice; it
   waits (bounded) for the speaker to be idle, then closes the old synthesizer.
 

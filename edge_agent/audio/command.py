@@ -52,6 +52,7 @@ class AudioProcess:
         self.argv = argv
         self.name = name
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        self._stopped = False
         try:
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL if reads else subprocess.PIPE,
@@ -102,6 +103,9 @@ class AudioProcess:
 
     def stop(self) -> int:
         """Stop it and everything it started (SIGTERM, then SIGKILL); its exit code."""
+        if self._stopped:  # its group id may name someone else's processes by now
+            return self.proc.returncode
+        self._stopped = True
         if self.proc.poll() is None:
             self._signal(signal.SIGTERM)
             if self.wait(STOP_WAIT_S) is None:
