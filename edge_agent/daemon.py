@@ -429,6 +429,8 @@ class Daemon:
         if config_volume != self._config_volume:
             self._config_volume, self._user_volume = config_volume, None
             self._save_controls()
+            if self.homeassistant is not None:
+                self.homeassistant.publish_states()  # its slider shows the config's volume now
         if "device" in changed:
             self.topics = Topics(new.mqtt.prefix, self.device, new.device.group)
             if self.bridge is not None:

@@ -289,6 +289,8 @@ def test_a_config_that_sets_the_volume_replaces_home_assistants_and_one_that_doe
         producer.publish("edge/dev1/config", signed(4, {"audio": {"volume": 0.8}}))
         applied(4)
         assert abs(level("after-4") - 0.08) < 0.002  # the config's word is the latest
+        wait_until(lambda: [m.payload for m in everything.messages if m.topic == "edge/dev1/ha/volume"][-1]
+                   == b"0.8", what="the slider's state following the config")
     finally:
         running.stop()
     assert '"volume": null' in (tmp_path / "d" / "controls.json").read_text()
