@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import copy
 import os
+import shlex
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,14 +72,64 @@ class AudioSettings:
     """Where WAV fallback output is written."""
     volume: float = 1.0
     """Output gain, 0..1."""
+    output_command: str | None = None
+    """Play speech through this command instead of `output`: raw PCM in `output_rate`,
+    `output_width` and `output_channels` on its standard input, one run per announcement
+    (e.g. `aplay -r 22050 -c 1 -f S16_LE -t raw`, `paplay --raw --rate 22050 --channels 1`,
+    `pw-play --rate 22050 --channels 1 -`). Split like a shell line; no shell runs it."""
+    output_rate: int = 22050
+    """Hertz the output command is told to expect (speech is resampled to it)."""
+    output_width: int = 2
+    """Bytes per sample for the output command: 1 (U8), 2 (S16_LE), 3 (S24_3LE), 4 (S32_LE)."""
+    output_channels: int = 1
+    """Channels for the output command (each gets the same mono speech)."""
     input_device: str | None = None
     """PortAudio input device name or index; None is the system default."""
     input_file: Path | None = None
     """Listen to this WAV file instead of the microphone (replaying recordings, testing)."""
+    input_command: str | None = None
+    """Listen to this command's standard output instead of the microphone: raw PCM in
+    `input_rate`, `input_width` and `input_channels` (e.g. `arecord -r 16000 -c 1 -f S16_LE
+    -t raw`, `parecord --raw --rate 16000 --channels 1`, `pw-record --rate 16000 --channels 1 -`).
+    Restarted with backoff when it exits. Split like a shell line; no shell runs it."""
+    input_pipe: str | None = None
+    """Listen to raw PCM (`input_rate`, `input_width`, `input_channels`) as it arrives on this
+    FIFO (created when missing; writers may come and go) or, with `"-"` (quoted in YAML: a bare
+    `-` is a list), on standard input."""
+    input_rate: int = 16000
+    """Hertz of `input_command` / `input_pipe` audio (resampled to the 16 kHz the hearing needs)."""
+    input_width: int = 2
+    """Bytes per sample of `input_command` / `input_pipe` audio: 1 (U8), 2 (S16_LE), 3 (S24_3LE),
+    4 (S32_LE)."""
+    input_channels: int = 1
+    """Channels of `input_command` / `input_pipe` audio (averaged to mono)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.volume <= 1.0:
             raise ValueError(f"volume: {self.volume} is outside 0..1")
+        chosen = [name for name in ("input_file", "input_command", "input_pipe") if getattr(self, name)]
+        if len(chosen) > 1:
+            raise ValueError(f"{' and '.join(chosen)}: set one of them (each replaces the microphone)")
+        for name in ("input_command", "output_command"):
+            command = getattr(self, name)
+            if command is not None:
+                try:
+                    argv = shlex.split(command)
+                except ValueError as exc:
+                    raise ValueError(f"{name}: cannot split {command!r} like a shell line ({exc})") from None
+                if not argv:
+                    raise ValueError(f"{name}: the command is empty (null means: not used)")
+        if self.input_pipe == "":
+            raise ValueError("input_pipe: empty (a FIFO path, '-' for standard input, or null)")
+        for side in ("input", "output"):
+            rate, width, channels = (getattr(self, f"{side}_{k}") for k in ("rate", "width", "channels"))
+            if not 8000 <= rate <= 192000:
+                raise ValueError(f"{side}_rate: {rate} Hz is outside 8000..192000")
+            if width not in (1, 2, 3, 4):
+                raise ValueError(f"{side}_width: {width} is not a sample width in bytes "
+                                 "(1 = U8, 2 = S16_LE, 3 = S24_3LE, 4 = S32_LE)")
+            if not 1 <= channels <= 8:
+                raise ValueError(f"{side}_channels: {channels} is outside 1..8")
 
 
 @dataclass(frozen=True)
@@ -502,6 +553,9 @@ class DaemonSettings:
     """How often a metrics snapshot is published; 0 turns it off."""
     listen: bool = True
     """Listen and publish transcripts when an ASR model is present."""
+    state_dir: Path = field(default_factory=lambda: _state_home() / "daemon")
+    """What the user switched at run time (microphone mute, volume from Home Assistant), kept
+    across restarts."""
 
     def __post_init__(self) -> None:
         if self.metrics_s < 0:

@@ -26,6 +26,8 @@ Threads and loops (who owns what; also in docs/architecture.md):
   `asyncio.to_thread`. The satellite (`wyoming.satellite`) takes streamed turns from the listener thread
   (`_on_event` only queues their events for the loop) and hands Home Assistant's audio
   to `Announcer.submit_audio` through `asyncio.to_thread`.
+- `audio-command-stderr`: one per run of `audio.input_command` / `audio.output_command`,
+  draining its stderr; the listener thread owns the input command (reads, restarts, stops it).
 - `retire-synth`: one short-lived thread per reload that replaced the voice; it
   waits (bounded) for the speaker to be idle, then closes the old synthesizer.
 
@@ -62,8 +64,9 @@ from edge_agent.announce.pipeline import Announcer, Speaking
 from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, play_chime, remove_partials
 from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.audio.sinks import AudioOutput
-from edge_agent.audio.sources import WavFileSource
+from edge_agent.audio.sources import CommandSource
 from edge_agent.config import Settings, load_settings
+from edge_agent.controls import ControlState, ControlStore
 from edge_agent.errors import EdgeError
 from edge_agent.fleet.manager import ActiveConfig, FleetManager, Report
 from edge_agent.hermes.adapter import HermesAdapter
@@ -132,9 +135,7 @@ def asr_listener(settings: Settings, accept_wake: WakeFilter) -> HearingLoop | N
     if not (resolve_export_dir(settings.asr, settings.models) / "manifest.json").is_file():
         return None
     store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
-    path = settings.audio.input_file
-    return build_hearing(settings, store, WavFileSource(path) if path is not None else None,
-                         accept_wake)
+    return build_hearing(settings, store, None, accept_wake)  # the configured input, once the models load
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,14 @@ class Daemon:
         except EdgeError as exc:
             log.error("fleet config version %d no longer loads (%s); running with the local config",
                       active.version, exc)
+        self.controls = ControlStore(self.base.daemon.state_dir)
+        self._controls_lock = threading.Lock()
+        controls = self.controls.load()  # before anything listens: a muted microphone stays closed
+        self._mic_muted = controls.mic_muted
+        self._user_volume = controls.volume
+        """The volume Home Assistant set, until a config changes `audio.volume`; None: the config's."""
+        self._config_volume = self.settings.audio.volume
+        self.settings = self._with_user_volume(self.settings)
         self.topics = Topics(self.settings.mqtt.prefix, self.device, self.settings.device.group)
         speaking = Speaking(self.settings.announcements, self._make_synth(self.settings),
                             self._make_opener(self.settings), _tts_voices(self.settings))
@@ -193,7 +202,6 @@ class Daemon:
                           on_error=self._journal_error)
         self.announcements = Announcer(speaking, journal, metrics=self.metrics)
         self.announcements.observe(self._publish_announce_status)
-        self._mic_muted = False
         self._mute_lock = asyncio.Lock()
         self.homeassistant: HomeAssistantAdapter | None = None
         if self.settings.mqtt.ha_discovery:
@@ -398,6 +406,9 @@ class Daemon:
     def _activate(self, active: ActiveConfig) -> None:
         """Reload the parts a config changes and check them; raise to make the fleet roll back."""
         new = self.source.build(active.layer)
+        config_volume = new.audio.volume
+        if config_volume == self._config_volume:  # else the config sets a new volume: the latest word wins
+            new = self._with_user_volume(new)
         old = self.settings
         changed = {f.name for f in dataclasses.fields(Settings)
                    if getattr(old, f.name) != getattr(new, f.name)}
@@ -416,6 +427,11 @@ class Daemon:
         if "mqtt" in changed:
             log.warning("changed mqtt settings take effect at the next start")
         self.settings = new
+        if config_volume != self._config_volume:
+            self._config_volume, self._user_volume = config_volume, None
+            self._save_controls()
+            if self.homeassistant is not None:
+                self.homeassistant.publish_states()  # its slider shows the config's volume now
         if "device" in changed:
             self.topics = Topics(new.mqtt.prefix, self.device, new.device.group)
             if self.bridge is not None:
@@ -454,6 +470,7 @@ class Daemon:
             log.info("not listening: listen.mode is off")
             return
         if self._mic_muted:
+            log.info("not listening: the microphone is muted")
             self.listening = {"mode": mode, "state": "muted"}
             return
         try:
@@ -477,9 +494,22 @@ class Daemon:
             self.listening["wake_words"] = list(settings.wake.models)
         if isinstance(self.listener, HearingLoop):
             self.listener.hearing.stream_turns = self._stream_turns
+        source = getattr(self.listener, "source", None)
+        if isinstance(source, CommandSource):
+            listener = self.listener
+            source.on_trouble = lambda problem: self._input_trouble(listener, problem)
         self.listener.start(self._on_event, on_error=on_error,
                             on_end=lambda: log.info("listener ended (its source closed)"))
         log.info("listening", extra={"mode": mode})
+
+    def _input_trouble(self, listener: HearingLoop, problem: str | None) -> None:
+        """`audio.input_command` exited (and is being started again), or hears again: on the status."""
+        if self.listener is not listener:
+            return  # muted or stopped since
+        state = {k: v for k, v in self.listening.items() if k != "error"}
+        state.update({"state": "unavailable", "error": problem} if problem else {"state": "listening"})
+        self.listening = state
+        self._publish(self._status_message("online"))
 
     # -- Wyoming -------------------------------------------------------------------------
 
@@ -613,7 +643,10 @@ class Daemon:
         return self.settings.audio.volume
 
     def set_volume(self, volume: float) -> None:
-        """Speak later announcements at `volume` (until a config reload sets `audio.volume` again)."""
+        """Speak later announcements at `volume`, after a restart too (until a config sets another
+        `audio.volume`)."""
+        self._user_volume = volume
+        self._save_controls()
         new = replace(self.settings, audio=replace(self.settings.audio, volume=volume))
         self.announcements.swap(replace(self.announcements.speaking, opener=self._make_opener(new)))
         self.settings = new
@@ -623,13 +656,29 @@ class Daemon:
         return self._mic_muted
 
     def set_mic_muted(self, muted: bool) -> None:
-        """Close the microphone (the listener stops) or open it again, on the daemon loop."""
-        if muted == self._mic_muted:
-            return
+        """Close the microphone (the listener stops) or open it again, on the daemon loop; kept
+        across restarts (saved before the command is acknowledged)."""
+        changed = muted != self._mic_muted
         self._mic_muted = muted
+        self._save_controls()  # also when unchanged: a switch rewrites a file that was unreadable
+        if not changed:
+            return
         log.info("microphone %s", "muted" if muted else "unmuted")
         if self._loop is not None:
             asyncio.run_coroutine_threadsafe(self._apply_mute(), self._loop)
+
+    def _save_controls(self) -> None:
+        try:
+            with self._controls_lock:  # the MQTT thread and a reload: each saves the whole state
+                self.controls.save(ControlState(mic_muted=self._mic_muted, volume=self._user_volume))
+        except OSError as exc:
+            log.error("cannot save the microphone mute and volume to %s (%s): they hold until the "
+                      "daemon restarts", self.controls.path, exc.strerror or exc)
+
+    def _with_user_volume(self, settings: Settings) -> Settings:
+        if self._user_volume is None:
+            return settings
+        return replace(settings, audio=replace(settings.audio, volume=self._user_volume))
 
     async def _apply_mute(self) -> None:
         async with self._mute_lock:  # one switch at a time; the last request wins

@@ -148,3 +148,20 @@ def test_layers_sit_between_the_file_and_the_overrides(tmp_path):
     settings = load_settings(path, {"tts.threads": 2}, layers=[layer])
     assert settings.audio.volume == 0.5 and settings.tts.threads == 2
     assert layer == {"audio": {"volume": 0.5}, "tts": {"threads": 3}}  # not mutated
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"audio.input_file": "a.wav", "audio.input_command": "arecord"},
+     r"^audio\.input_file and input_command: set one of them"),
+    ({"audio.input_command": "arecord -D 'hw:1"},
+     r"^audio\.input_command: cannot split .* \(No closing quotation\)"),
+    ({"audio.output_command": "  "}, r"^audio\.output_command: the command is empty"),
+    ({"audio.input_pipe": ""}, r"^audio\.input_pipe: empty"),
+    ({"audio.output_width": 5},
+     r"^audio\.output_width: 5 is not a sample width in bytes \(1 = U8, 2 = S16_LE"),
+    ({"audio.input_rate": 1000}, r"^audio\.input_rate: 1000 Hz is outside 8000\.\.192000"),
+    ({"audio.input_channels": 0}, r"^audio\.input_channels: 0 is outside 1\.\.8"),
+])
+def test_audio_commands_and_formats_are_checked_with_a_clear_message(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_settings(None, overrides, env={})

@@ -133,7 +133,7 @@ def check_announcement(doc: Mapping[str, Any], settings: AnnouncementSettings, v
         raise reject("'chime' must be true or false")
     conversation_id = doc.get("conversation_id")
     if conversation_id is not None and (not isinstance(conversation_id, str)
-                                        or not ID_PATTERN.match(conversation_id)):
+                                        or not ID_PATTERN.fullmatch(conversation_id)):
         raise reject("'conversation_id' must be 1-128 characters of letters, digits and ._:@+=-")
     expect_reply = doc.get("expect_reply", False)
     if not isinstance(expect_reply, bool):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from edge_agent.asr.whisper import Padding, WhisperOnnx
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.pump import Pump
-from edge_agent.audio.sources import AudioSource, SoundDeviceSource
+from edge_agent.audio.sources import AudioSource, open_source
 from edge_agent.config import AsrSettings, Settings
 from edge_agent.models.store import ModelStore
 from edge_agent.providers import for_use
@@ -147,12 +147,12 @@ class Listener(Pump[Transcript]):
 
 
 def build_listener(settings: Settings, store: ModelStore, source: AudioSource | None = None) -> Listener:
-    """A listener as configured: `source` (default: the microphone `audio.input_device`), VAD, Whisper.
+    """A listener as configured: `source` (default: the configured input, `audio.open_source`), VAD, Whisper.
 
     Models load first, so a missing export fails before the microphone is opened.
     """
     segmenter = make_segmenter(settings.vad, store)
     model = WhisperOnnx.from_settings(settings.asr, settings.models, for_use(settings, "asr"))
     if source is None:
-        source = SoundDeviceSource(settings.audio.input_device)
+        source = open_source(settings.audio)
     return Listener(source, segmenter, Transcriber(model, settings.asr))

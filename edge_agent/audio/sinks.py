@@ -1,21 +1,25 @@
-"""Where speech goes: the sound card, a WAV file, or nowhere.
+"""Where speech goes: the sound card, a command (`aplay`, `paplay`, `pw-play`), a WAV file, or nowhere.
 
-`AudioOutput.open` picks the configured sink and, when the sound card cannot be
-opened (no PortAudio, no device), says so once and uses the configured fallback.
+`AudioOutput.open` picks the configured sink and, when the sound card or the
+command cannot be opened (no PortAudio, no device, no such program), says so once
+and uses the configured fallback.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import select
 import time
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from edge_agent.audio.command import AudioProcess, CommandNotStarted, split_command
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.resample import StreamResampler
-from edge_agent.audio.wav import WavWriter
+from edge_agent.audio.wav import WavWriter, encode_pcm
 from edge_agent.config import AudioSettings
 from edge_agent.errors import AudioError
 
@@ -133,6 +137,68 @@ class SoundDeviceSink:
         self._stream.close()
 
 
+WRITE_STALL_S = 10.0
+"""An output command that takes no audio for this long is taken for hung."""
+DRAIN_S = 30.0
+"""How long an output command may take to play what it still holds after the last sample."""
+
+
+class CommandSink:
+    """Plays through a command (one run per stream) that reads raw PCM on its standard input.
+
+    Speech is resampled to the command's rate and written in its sample format; a slow
+    player back-pressures synthesis (the pipe fills), a player that stops reading for
+    `WRITE_STALL_S` or exits is an `AudioError` with its exit status and stderr.
+    """
+
+    def __init__(self, command: str, sample_rate: int, *, rate: int = 22050, width: int = 2,
+                 channels: int = 1, volume: float = 1.0, name: str = "audio.output_command") -> None:
+        self.sample_rate = sample_rate
+        self.frames = 0
+        self.name = name
+        self._format = (width, channels)
+        self._volume = np.float32(volume)
+        self._resampler = StreamResampler(sample_rate, rate)
+        try:
+            self._proc = AudioProcess(split_command(command, name), name, reads=False)
+        except CommandNotStarted as exc:
+            raise AudioUnavailable(str(exc)) from None
+        self._fd = self._proc.stdin.fileno()
+
+    def write(self, samples: Samples) -> None:
+        self._send(self._resampler.push(samples * self._volume if self._volume != 1.0 else samples))
+        self.frames += len(samples)
+
+    def _send(self, samples: Samples) -> None:
+        view = memoryview(encode_pcm(samples, *self._format))
+        while view:
+            _, ready, _ = select.select([], [self._fd], [], WRITE_STALL_S)
+            if not ready:
+                self.abort()
+                raise AudioError(f"{self.name} took no audio for {WRITE_STALL_S:g} s; stopped it")
+            try:
+                view = view[os.write(self._fd, view):]
+            except OSError as exc:  # EPIPE: it exited
+                code = self._proc.wait(1.0)
+                self.abort()
+                why = self._proc.describe_exit(code) if code is not None else f"{self.name}: {exc}"
+                raise AudioError(f"{why} (while playing)") from None
+
+    def close(self) -> None:
+        """Send the rest, close its input and wait for it to play out."""
+        self._send(self._resampler.push(np.zeros(0, dtype=np.float32), last=True))
+        self._proc.stdin.close()
+        code = self._proc.wait(DRAIN_S)
+        if code is None:
+            self.abort()
+            raise AudioError(f"{self.name} still playing {DRAIN_S:g} s after the end; stopped it")
+        if code != 0:
+            raise AudioError(self._proc.describe_exit(code))
+
+    def abort(self) -> None:
+        self._proc.stop()
+
+
 def import_sounddevice() -> Any:
     """Import sounddevice, turning a missing PortAudio into `AudioUnavailable`."""
     try:
@@ -157,11 +223,14 @@ class AudioOutput:
 
     def open(self, sample_rate: int, name: str = "speech") -> Sink:
         s = self.settings
-        if s.output == "null":
+        if s.output_command is None and s.output == "null":
             return NullSink(sample_rate)
-        if s.output == "wav":
+        if s.output_command is None and s.output == "wav":
             return self._wav(sample_rate, name)
         try:
+            if s.output_command is not None:
+                return CommandSink(s.output_command, sample_rate, rate=s.output_rate, width=s.output_width,
+                                   channels=s.output_channels, volume=s.volume)
             return SoundDeviceSink(sample_rate, s.output_device, s.volume)
         except AudioUnavailable as exc:
             if s.fallback == "error":

@@ -1,4 +1,4 @@
-"""Where speech comes from: a microphone, a WAV file, or raw PCM on a pipe.
+"""Where speech comes from: a microphone, a WAV file, raw PCM on a pipe, a FIFO or from a command.
 
 Every source yields blocks of mono float32 samples at `TARGET_RATE` (16 kHz, what
 the VAD and Whisper expect), whatever the rate and channel count it reads:
@@ -12,23 +12,35 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import select
+import stat
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
+from edge_agent.audio.command import AudioProcess, CommandNotStarted, split_command
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.resample import StreamResampler
 from edge_agent.audio.sinks import AudioUnavailable, import_sounddevice
 from edge_agent.audio.wav import check_format, decode, open_wav
+from edge_agent.config import AudioSettings
 from edge_agent.errors import AudioError
 
 log = logging.getLogger(__name__)
 
 TARGET_RATE = 16000
 """Hertz of every block a source yields."""
+POLL_S = 0.1
+"""How often a read waiting on a pipe looks whether the source was closed."""
+RESTART_S = (0.5, 10.0)
+"""An input command that exits is started again after the first delay, doubling up to the second;
+a run that lasted longer than the second starts the doubling over."""
+STALL_S = 10.0
+"""A recorder writes audio all the time (silence too): one silent this long is stuck, and restarted."""
 _EMPTY = np.zeros(0, dtype=np.float32)
 
 
@@ -101,6 +113,28 @@ def _converted(read: Callable[[], bytes], convert: PcmConverter, closed: Callabl
         out = convert.push(data)
         if out.size:
             yield out
+
+
+class Stalled(AudioError):
+    """A live input gave no bytes for longer than it may."""
+
+
+def _fd_reader(fd: int, size: int, closed: Callable[[], bool],
+               stall_s: float | None = None) -> Callable[[], bytes]:
+    """Reads of up to `size` bytes from `fd` that give up (returning b"") once `closed()`: a read
+    blocked on a quiet pipe would otherwise hold the pump past `close()`. Only the reading
+    thread closes `fd`, after its last read, so the number is never read once reused. With
+    `stall_s`, a read that waits longer raises `Stalled`."""
+    def read() -> bytes:
+        deadline = None if stall_s is None else time.monotonic() + stall_s
+        while not closed():
+            ready, _, _ = select.select([fd], [], [], POLL_S)
+            if ready and not closed():
+                return os.read(fd, size)
+            if deadline is not None and time.monotonic() > deadline:
+                raise Stalled(f"gave no audio for {stall_s:g} s")
+        return b""
+    return read
 
 
 class WavFileSource:
@@ -184,6 +218,202 @@ class PcmStreamSource:
 def open_pcm_stdin(rate: int, channels: int, width: int = 2) -> PcmStreamSource:
     """Raw PCM on standard input."""
     return PcmStreamSource(os.fdopen(os.dup(0), "rb", buffering=0), rate, channels, width)
+
+
+class PipeSource:
+    """Raw PCM as it arrives on a FIFO, or on standard input (`-`), for scripts and tests that
+    feed a running daemon a live stream.
+
+    The FIFO is created (mode 0600) when missing and opened for reading and writing: opening
+    does not wait for a writer, and a writer that closes is no end of stream (Linux), so
+    writers may come and go. Standard input ends the stream at its end.
+    """
+
+    live = True
+    sample_rate = TARGET_RATE
+
+    def __init__(self, where: str, rate: int = TARGET_RATE, channels: int = 1, width: int = 2, *,
+                 block_s: float = 0.03, name: str = "audio.input_pipe") -> None:
+        check_format(rate, channels, width, name)
+        self.name = f"{name} ({where})"
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._reading = False
+        self._block_bytes = max(1, round(block_s * rate)) * channels * width
+        self._convert = PcmConverter(rate, channels, width, self.name)
+        self._fd: int | None = os.dup(0) if where == "-" else _open_fifo(Path(where), self.name)
+
+    def blocks(self) -> Iterator[Samples]:
+        with self._lock:
+            fd = self._fd
+            if fd is None or self._closed.is_set():
+                return
+            self._reading = True
+        try:
+            read = _fd_reader(fd, self._block_bytes, self._closed.is_set)
+            yield from _converted(read, self._convert, self._closed.is_set, self.name)
+            if not self._closed.is_set():
+                tail = self._convert.finish()
+                if tail.size:
+                    yield tail
+        finally:
+            with self._lock:
+                self._reading = False
+                self._release()
+
+    def close(self) -> None:
+        """Stop reading; the reader (if one is reading) lets go of the pipe within `POLL_S`."""
+        with self._lock:
+            self._closed.set()
+            if not self._reading:
+                self._release()
+
+    def _release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _open_fifo(path: Path, name: str) -> int:
+    try:
+        if not path.exists():
+            os.mkfifo(path, 0o600)
+            log.info("%s: created the FIFO", name)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)  # never waits for a writer; anything else is refused
+    except OSError as exc:
+        raise AudioUnavailable(f"{name}: cannot open ({exc.strerror or exc})") from None
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise AudioUnavailable(f"{name}: not a FIFO (make one with mkfifo, or let the agent create it)")
+    return fd
+
+
+class CommandSource:
+    """Raw PCM from a command's standard output (`arecord`, `parecord`, `pw-record`).
+
+    The command is started at once, so one that cannot run at all fails here with
+    `AudioUnavailable`. One that exits later (a device unplugged, a sound server
+    restarting) or stops writing (`STALL_S`) is started again with backoff (`RESTART_S`);
+    `on_trouble` hears why
+    (a line for the device status) and, with None, when audio flows again. Its stderr
+    is logged at debug. The reading thread owns the process once it reads: `close`
+    only says stop, and the reader stops the command within `POLL_S`.
+    """
+
+    live = True
+    sample_rate = TARGET_RATE
+
+    def __init__(self, command: str, rate: int = TARGET_RATE, channels: int = 1, width: int = 2, *,
+                 block_s: float = 0.03, restart_s: tuple[float, float] = RESTART_S,
+                 stall_s: float = STALL_S, name: str = "audio.input_command") -> None:
+        check_format(rate, channels, width, name)
+        self.name = name
+        self.argv = split_command(command, name)
+        self.format = (rate, channels, width)
+        self.restart_s = restart_s
+        self.stall_s = stall_s
+        self.starts = 0
+        """How often the command has been started."""
+        self.on_trouble: Callable[[str | None], None] | None = None
+        self._block_bytes = max(1, round(block_s * rate)) * channels * width
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._reading = False
+        self._troubled = False
+        self._proc: AudioProcess | None = self._start()
+
+    def _start(self) -> AudioProcess:
+        try:
+            proc = AudioProcess(self.argv, self.name, reads=True)
+        except CommandNotStarted as exc:
+            raise AudioUnavailable(str(exc)) from None
+        self.starts += 1
+        return proc
+
+    def blocks(self) -> Iterator[Samples]:
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._reading = True
+        try:
+            yield from self._runs()
+        finally:
+            with self._lock:
+                self._reading = False
+                proc, self._proc = self._proc, None
+            if proc is not None:
+                proc.stop()
+
+    def _runs(self) -> Iterator[Samples]:
+        delay, problem = self.restart_s[0], ""
+        while not self._closed.is_set():
+            proc = self._proc
+            if proc is not None:
+                started = time.monotonic()
+                try:
+                    yield from self._run(proc)
+                    stalled = ""
+                except Stalled as exc:
+                    stalled = f"{self.name} {exc}"
+                if self._closed.is_set():
+                    return
+                self._proc = None
+                code = proc.stop()
+                problem = stalled or proc.describe_exit(code)
+                if time.monotonic() - started > self.restart_s[1]:
+                    delay = self.restart_s[0]  # it had been working: not the same failure again
+            self._report(f"{problem}; starting it again in {delay:g} s")
+            if self._closed.wait(delay):
+                return
+            delay = min(delay * 2, self.restart_s[1])
+            try:
+                self._proc = self._start()
+            except AudioUnavailable as exc:
+                problem = str(exc)
+
+    def _run(self, proc: AudioProcess) -> Iterator[Samples]:
+        """Its audio until it closes its output (or the source is closed)."""
+        rate, channels, width = self.format
+        convert = PcmConverter(rate, channels, width, self.name)  # a dead run's partial frame goes with it
+        read = _fd_reader(proc.stdout_fd, self._block_bytes, self._closed.is_set, self.stall_s)
+        for block in _converted(read, convert, self._closed.is_set, self.name):
+            if self._troubled:
+                self._troubled = False
+                log.info("%s: audio again", self.name)
+                if self.on_trouble is not None:
+                    self.on_trouble(None)
+            yield block
+        tail = convert.finish()  # the run's last samples, still in the resampler
+        if tail.size and not self._closed.is_set():
+            yield tail
+
+    def _report(self, problem: str) -> None:
+        log.warning("%s", problem)
+        self._troubled = True
+        if self.on_trouble is not None:
+            self.on_trouble(problem)
+
+    def close(self) -> None:
+        """Stop: at once when nothing reads, else by the reader within `POLL_S`."""
+        with self._lock:
+            self._closed.set()
+            proc = None if self._reading else self._proc
+            if proc is not None:
+                self._proc = None
+        if proc is not None:
+            proc.stop()
+
+
+def open_source(audio: AudioSettings) -> AudioSource:
+    """The configured input: `input_command`, `input_pipe`, `input_file`, else the microphone."""
+    fmt = (audio.input_rate, audio.input_channels, audio.input_width)
+    if audio.input_command:
+        return CommandSource(audio.input_command, *fmt)
+    if audio.input_pipe:
+        return PipeSource(audio.input_pipe, *fmt)
+    if audio.input_file is not None:
+        return WavFileSource(audio.input_file)
+    return SoundDeviceSource(audio.input_device)
 
 
 class SoundDeviceSource:

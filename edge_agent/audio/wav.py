@@ -237,3 +237,23 @@ def _decode_pcm(data: bytes, width: int, path: Path) -> Samples:
     if width == 4:
         return np.frombuffer(data[: len(data) - len(data) % 4], dtype="<i4").astype(np.float32) / 2.0**31
     raise AudioError(f"{path}: unsupported sample width of {width} bytes")
+
+
+def encode_pcm(samples: Samples, width: int, channels: int = 1) -> bytes:
+    """Mono float32 in -1..1 to interleaved little-endian integer PCM (`decode`'s widths: 1 is
+    unsigned, 2-4 signed), the same sample in every channel."""
+    clipped = np.clip(samples.astype(np.float64, copy=False), -1.0, 1.0)
+    if width == 1:
+        frames = np.round(clipped * 127.0 + 128.0).astype(np.uint8)
+    elif width == 2:
+        frames = np.round(clipped * 32767.0).astype("<i2")
+    elif width == 3:
+        ints = np.round(clipped * float((1 << 23) - 1)).astype("<i4")
+        frames = ints.view(np.uint8).reshape(-1, 4)[:, :3]  # the low three bytes, little-endian
+    elif width == 4:
+        frames = np.round(clipped * float((1 << 31) - 1)).astype("<i4")
+    else:
+        raise AudioError(f"unsupported sample width of {width} bytes")
+    if channels > 1:
+        frames = np.repeat(frames[:, None], channels, axis=1)
+    return np.ascontiguousarray(frames).tobytes()

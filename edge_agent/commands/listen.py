@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                     "PCM WAV file or raw 16-bit little-endian PCM on stdin ('-'), and print each "
                     "wake word, transcript and end of turn.")
     p.add_argument("--input", metavar="FILE.wav", help="a WAV file, or '-' for raw PCM on stdin "
-                   "(default: the microphone, audio.input_device)")
+                   "(default: the configured input: audio.input_command, input_pipe, input_file or the "
+                   "microphone)")
     p.add_argument("--mode", choices=("wake", "always"), help="override listen.mode")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per line: {\"event\": \"wake\"|\"transcript\"|\"turn_end\", ...}")

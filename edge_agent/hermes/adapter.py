@@ -10,17 +10,26 @@ Topics and payloads follow Rhasspy's Hermes reference:
 | `hermes/asr/textCaptured` | out | `{text, likelihood, seconds, siteId, sessionId, wakewordId}` |
 
 A say is an announcement like any other (journaled, deduplicated, queued by
-priority) through the trigger-neutral `Announcer`. Its announcement id carries the
-Hermes id and session id (`hermes:<id>:<session>`), so `sayFinished` can be
-answered from the announcement's final status alone, after a restart too.
+priority) through the trigger-neutral `Announcer`, deduplicated by its Hermes `id`
+alone: `id` names the request (Rhasspy matches `sayFinished` to it), `sessionId`
+only the dialogue it belongs to, so the same `id` again is a redelivery, whatever
+its session. The announcement id is `hermes:<id>` for an id that can name a file;
+any other string id is hashed (`hermes::h<sha256>`: still one announcement per id),
+and a say without an id gets a fresh one (`hermes::n<uuid>`). `sayFinished` echoes
+the say's own `id` and `sessionId`, remembered from submission to the final status;
+after a restart a plain id comes back out of the announcement id (the session, held
+only in memory, is then null).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -34,8 +43,11 @@ SAY = "hermes/tts/say"
 SAY_FINISHED = "hermes/tts/sayFinished"
 TEXT_CAPTURED = "hermes/asr/textCaptured"
 PREFIX = "hermes:"
-_PART = re.compile(r"^[A-Za-z0-9._@+=-]{1,56}$")
-"""An id or session id that fits in an announcement id as it is (uuids do)."""
+_PLAIN_ID = re.compile(r"[A-Za-z0-9._@+=-]{1,120}")
+"""A Hermes id that fits in an announcement id as it is (uuids do); always `fullmatch`ed:
+`match` with `$` would let a final newline through ("$" matches before it)."""
+PENDING_MAX = 4096
+"""Says remembered between submission and `sayFinished` (the queue holds 1000 by default)."""
 
 
 class HermesAdapter:
@@ -45,6 +57,9 @@ class HermesAdapter:
         self.site_id = site_id
         self.announcer = announcer
         self.publish = publish
+        self._pending: OrderedDict[str, tuple[object, object]] = OrderedDict()
+        """Announcement id -> the say's own (id, sessionId), for its `sayFinished`."""
+        self._pending_lock = threading.Lock()  # the MQTT thread adds, the speaker thread takes
 
     def subscriptions(self) -> tuple[str, ...]:
         return (SAY,)
@@ -60,8 +75,9 @@ class HermesAdapter:
             return True
         if not isinstance(doc, dict) or doc.get("siteId", "default") != self.site_id:
             return True  # another site's say
-        request: dict[str, Any] = {"id": announcement_id(doc.get("id"), doc.get("sessionId")),
-                                   "text": doc.get("text")}
+        ann_id = announcement_id(doc.get("id"))
+        self._remember(ann_id, doc.get("id"), doc.get("sessionId"))
+        request: dict[str, Any] = {"id": ann_id, "text": doc.get("text")}
         if "volume" in doc:
             request["volume"] = doc["volume"]
         return self.announcer.submit(request, topic)
@@ -69,12 +85,24 @@ class HermesAdapter:
     def on_status(self, status: dict[str, Any]) -> None:
         """Announcement status observer: a say's final state is answered with `sayFinished`."""
         ann_id = status.get("id")
-        if not isinstance(ann_id, str) or not ann_id.startswith(PREFIX) or status.get("duplicate"):
+        if not isinstance(ann_id, str) or not ann_id.startswith(PREFIX):
             return
         if status.get("state") not in (*FINAL_STATES, "rejected"):
             return
-        say_id, session = parse_announcement_id(ann_id)
+        with self._pending_lock:
+            pending = self._pending.pop(ann_id, None)
+        if status.get("duplicate"):
+            return  # answered when the first of them finished
+        say_id, session = pending if pending is not None else (parse_announcement_id(ann_id), None)
         self.publish(Message.json(SAY_FINISHED, {"id": say_id, "siteId": self.site_id, "sessionId": session}))
+
+    def _remember(self, ann_id: str, say_id: object, session: object) -> None:
+        with self._pending_lock:
+            if ann_id in self._pending:
+                return  # a redelivery: the first say's session is the one answered
+            self._pending[ann_id] = (say_id, session)
+            while len(self._pending) > PENDING_MAX:
+                self._pending.popitem(last=False)
 
     def wake_detected(self, model: str, session_id: str | None = None) -> None:
         self.publish(Message.json(f"hermes/hotword/{_level(model)}/detected", {
@@ -88,26 +116,23 @@ class HermesAdapter:
             "siteId": self.site_id, "sessionId": session_id, "wakewordId": wake_word}))
 
 
-def announcement_id(say_id: object, session: object) -> str:
-    """`hermes:<id>:<session>`, with a nonce after them when the say has no usable id (a new
-    announcement each time: nothing to deduplicate it by)."""
-    parts = []
-    for value in (say_id, session):
-        if isinstance(value, str) and _PART.match(value):
-            parts.append(value)
-        else:
-            if value not in (None, ""):
-                log.warning("hermes id %r cannot name an announcement; sayFinished will not carry it",
-                            value)
-            parts.append("")
-    nonce = "" if parts[0] else f":{uuid.uuid4().hex}"
-    return f"{PREFIX}{parts[0]}:{parts[1]}{nonce}"
+def announcement_id(say_id: object) -> str:
+    """The announcement id of a say: `hermes:<id>`, `hermes::h<hash of id>` for a string id that
+    cannot name a file, or `hermes::n<nonce>` without one (a new announcement each time)."""
+    if isinstance(say_id, str) and _PLAIN_ID.fullmatch(say_id):
+        return f"{PREFIX}{say_id}"
+    if isinstance(say_id, str) and say_id:
+        digest = hashlib.sha256(say_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+        return f"{PREFIX}:h{digest}"
+    if say_id is not None:
+        log.warning("hermes say id %.60r is not a string: spoken, but not deduplicated", say_id)
+    return f"{PREFIX}:n{uuid.uuid4().hex}"
 
 
-def parse_announcement_id(ann_id: str) -> tuple[str | None, str | None]:
-    """The Hermes id and session id back from an announcement id."""
-    say_id, session, *_ = (ann_id[len(PREFIX):] + "::").split(":")
-    return say_id or None, session or None
+def parse_announcement_id(ann_id: str) -> str | None:
+    """The Hermes id back from an announcement id, where it is there as it was sent
+    (`hermes:<id>`, and the older `hermes:<id>:<session>`)."""
+    return ann_id[len(PREFIX):].split(":", maxsplit=1)[0] or None
 
 
 def _level(name: str) -> str:

@@ -50,7 +50,7 @@ class HomeAssistantAdapter:
         """Publish discovery and the entities' states (at connect, and when Home Assistant restarts)."""
         t = self.topics
         self.publish(Message.json(t.discovery, discovery_payload(t), qos=1, retain=True))
-        self._publish_states()
+        self.publish_states()
 
     def handle(self, topic: str, payload: bytes) -> bool | None:
         """Carry out one message; None if `topic` is not Home Assistant's. False: deliver it again."""
@@ -68,7 +68,7 @@ class HomeAssistantAdapter:
                 log.warning("volume from Home Assistant ignored: %r is not a number 0..1", payload[:40])
             else:
                 self.controls.set_volume(volume)
-            self._publish_states()
+            self.publish_states()
             return True
         if topic == t.mic_mute_set:
             word = payload.strip().upper()
@@ -77,11 +77,12 @@ class HomeAssistantAdapter:
             else:
                 log.warning("microphone switch from Home Assistant ignored: %r is not ON or OFF",
                             payload[:40])
-            self._publish_states()
+            self.publish_states()
             return True
         return None
 
-    def _publish_states(self) -> None:
+    def publish_states(self) -> None:
+        """The volume and the microphone switch as they are now (retained)."""
         t = self.topics
         self.publish(Message(t.volume, f"{self.controls.volume():g}".encode(), qos=1, retain=True,
                              coalesce=True))

@@ -38,7 +38,7 @@ from edge_agent.asr.listener import Transcriber, Transcribing, Transcript
 from edge_agent.asr.whisper import WhisperOnnx
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.pump import Pump
-from edge_agent.audio.sources import AudioSource, SoundDeviceSource
+from edge_agent.audio.sources import AudioSource, open_source
 from edge_agent.config import ListenSettings, Settings
 from edge_agent.errors import UsageError
 from edge_agent.models.store import ModelStore
@@ -307,5 +307,5 @@ def build_hearing(settings: Settings, store: ModelStore, source: AudioSource | N
     transcribing = Transcribing(segmenter, Transcriber(model, settings.asr))
     hearing = Hearing(mode, transcribing, wake, settings.listen, accept_wake)
     if source is None:
-        source = SoundDeviceSource(settings.audio.input_device)
+        source = open_source(settings.audio)
     return HearingLoop(source, hearing)

@@ -46,6 +46,8 @@ def test_defaults_apply_to_missing_optional_fields():
     ({"id": "a", "text": "x", "expires_at": "tomorrow"}, "'expires_at'"),
     ({"id": "a", "text": "x", "volume": 1.5}, "'volume'"),
     ({"id": "a", "text": "x", "chime": "yes"}, "'chime'"),
+    ({"id": "a", "text": "x", "conversation_id": "c\n"}, "'conversation_id' must be"),
+    ({"id": "a", "text": "x", "conversation_id": "c d"}, "'conversation_id' must be"),  # was a prefix match
 ])
 def test_bad_payloads_are_rejected_with_a_reason(payload, reason):
     with pytest.raises(Rejected) as info:

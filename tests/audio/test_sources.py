@@ -174,3 +174,40 @@ def test_compressed_wav_is_named_as_such(tmp_path):
     path.write_bytes(riff(0x55, 1, RATE, 16, bytes(1000)))
     with pytest.raises(AudioError, match="format tag 0x55; compressed audio"):
         WavFileSource(path)
+
+
+def test_a_fifo_is_read_as_writers_come_and_go_until_closed(tmp_path):
+    import threading
+
+    from edge_agent.audio.sources import PipeSource
+    from edge_agent.audio.wav import encode_pcm
+    from tests.waiting import wait_until
+
+    fifo = tmp_path / "mic.pcm"
+    source = PipeSource(str(fifo), rate=8000)  # created: nobody has to make it first
+    got: list[np.ndarray] = []
+    reader = threading.Thread(target=lambda: got.extend(source.blocks()), daemon=True)
+    reader.start()
+    pcm = encode_pcm(tone(250, 0.5, 8000), 2)
+    for piece in (pcm[:4001], pcm[4001:6000], pcm[6000:]):  # a frame torn between two writers
+        with fifo.open("wb") as writer:  # each writer closes: no end of stream for the reader
+            writer.write(piece)
+    # 8000 samples at 16 kHz were sent; the resampler keeps its last ~1400 until more comes
+    wait_until(lambda: sum(map(len, list(got))) >= 6000, what="the audio of both writers")
+    assert reader.is_alive()
+    source.close()  # nothing is being written: the reader still stops
+    reader.join(5)
+    assert not reader.is_alive()
+    out = np.concatenate(got)
+    assert dominant_frequency(out, TARGET_RATE) == pytest.approx(250, abs=3)
+
+
+def test_a_path_that_is_not_a_fifo_is_refused(tmp_path):
+    from edge_agent.audio.sources import PipeSource
+
+    regular = tmp_path / "file.pcm"
+    regular.write_bytes(b"\0" * 100)
+    with pytest.raises(AudioUnavailable, match="not a FIFO"):
+        PipeSource(str(regular))
+    with pytest.raises(AudioUnavailable, match="cannot open"):
+        PipeSource(str(tmp_path / "no-such-dir" / "mic.pcm"))

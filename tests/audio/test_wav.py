@@ -94,3 +94,18 @@ def test_whole_file_and_block_reader_decode_the_same_float_stereo_file(tmp_path)
     np.testing.assert_allclose(audio.samples, 0.25 * left, atol=1e-6)
     streamed = np.concatenate(list(WavFileSource(path, block_s=0.05).blocks()))
     np.testing.assert_array_equal(streamed, audio.samples)
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4])
+@pytest.mark.parametrize("channels", [1, 2])
+def test_encoded_raw_pcm_decodes_to_the_same_signal(width, channels):
+    from pathlib import Path
+
+    from edge_agent.audio.wav import decode, encode_pcm
+
+    signal = (0.7 * np.sin(np.arange(999) / 7)).astype(np.float32)
+    signal[:2] = (1.5, -1.5)  # clipped, not wrapped
+    data = encode_pcm(signal, width, channels)
+    assert len(data) == 999 * width * channels
+    back = decode(data, "pcm", width, channels, Path("raw"))
+    np.testing.assert_allclose(back, np.clip(signal, -1, 1), atol=0.01 if width == 1 else 1e-4)

@@ -91,3 +91,19 @@ def test_without_a_sound_card_say_falls_back_with_one_clear_message(tmp_path):
 def test_without_a_sound_card_and_fallback_error_say_fails_cleanly():
     line = one_error_line(run_cli("say", "Hello", "--set", "audio.fallback=error"))
     assert "PortAudio" in line or "sound output" in line
+
+
+def test_say_plays_through_an_output_command_at_its_rate(tmp_path):
+    import shlex
+
+    played = tmp_path / "played.raw"
+    command = shlex.join(["sh", "-c", f"cat > {shlex.quote(str(played))}"])  # `aplay -r 16000 ...` here
+    result = run_cli("say", "Hello from the edge", "--set", f"audio.output_command={command}",
+                     "--set", "audio.output_rate=16000")
+    assert result.returncode == 0, result.stderr
+    reference = tmp_path / "hello.wav"
+    assert run_cli("say", "Hello from the edge", "--out", str(reference)).returncode == 0
+    rate, spoken = read(reference)
+    raw = np.frombuffer(played.read_bytes(), dtype="<i2")
+    assert abs(len(raw) / 16000 - len(spoken) / rate) < 0.25  # the same speech, at the command's rate
+    assert np.abs(raw).max() > 3000, "speech, not silence"

@@ -20,7 +20,7 @@ from edge_agent.daemon import Daemon, SettingsSource
 from edge_agent.homeassistant.discovery import NOTIFY_TEMPLATE
 from edge_agent.listen import Heard, Woke
 from edge_agent.wake.engine import Detection
-from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, wait_until
+from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, signed, wait_until
 
 
 class Listening:
@@ -176,9 +176,121 @@ def test_hermes_say_for_our_site_is_spoken_once_and_answered_with_say_finished(
     finally:
         running.stop()
     assert finished == [{"id": "say-1", "siteId": "kitchen", "sessionId": "sess-9"}]
-    assert [p.name for p in (tmp_path / "out").glob("*.wav")] == ["hermes:say-1:sess-9.wav"]
+    assert [p.name for p in (tmp_path / "out").glob("*.wav")] == ["hermes:say-1.wav"]
     assert captured[0]["text"] == "turn on the lights" and captured[0]["siteId"] == "kitchen"
     assert captured[0]["seconds"] == 1.5
     assert captured[0]["sessionId"] == "conv-1" and captured[0]["wakewordId"] == "Okay Nabu"
     assert hotword[0]["modelId"] == "okay_nabu" and hotword[0]["siteId"] == "kitchen"
     assert hotword[0]["sessionId"] == "conv-1"
+
+
+def test_a_hermes_say_is_deduplicated_by_its_id_whatever_its_session(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
+    running = InProcess(tmp_path, broker, {"hermes.enabled": True, "hermes.site_id": "kitchen"})
+    try:
+        producer.publish("hermes/tts/say", {"text": "Once.", "siteId": "kitchen", "id": "s-1",
+                                            "sessionId": "first"})
+        producer.publish("hermes/tts/say", {"text": "Once.", "siteId": "kitchen", "id": "s-1",
+                                            "sessionId": "second"})
+        producer.publish("hermes/tts/say", {"text": "Next.", "siteId": "kitchen", "id": "s-2"})
+        finished = everything.wait("hermes/tts/sayFinished", count=2)
+        metrics = running.daemon.announcements.metrics
+        wait_until(lambda: metrics.counter("announcements_duplicate") == 1, what="the same id again")
+    finally:
+        running.stop()
+    assert finished == [{"id": "s-1", "siteId": "kitchen", "sessionId": "first"},
+                        {"id": "s-2", "siteId": "kitchen", "sessionId": None}]
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.wav")) == ["hermes:s-1.wav", "hermes:s-2.wav"]
+
+
+@pytest.mark.parametrize("say_id", ["say-n\n", "room/kitchen 1"])
+def test_a_hermes_id_that_cannot_name_a_file_is_spoken_once_and_answered_with_that_id(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer, say_id: str) -> None:
+    running = InProcess(tmp_path, broker, {"hermes.enabled": True, "hermes.site_id": "kitchen"})
+    try:
+        say = {"text": "Odd id.", "siteId": "kitchen", "id": say_id, "sessionId": "sess-1"}
+        producer.publish("hermes/tts/say", say)
+        producer.publish("hermes/tts/say", say)  # redelivered: still one announcement
+        finished = everything.wait("hermes/tts/sayFinished")
+        done = everything.wait("edge/dev1/announce/status", lambda d: d["state"] == "done")
+        metrics = running.daemon.announcements.metrics
+        wait_until(lambda: metrics.counter("announcements_duplicate") == 1, what="the redelivered say")
+    finally:
+        running.stop()
+    assert finished == [{"id": say_id, "siteId": "kitchen", "sessionId": "sess-1"}]
+    assert done[0]["id"].startswith("hermes::h")
+    assert len(list((tmp_path / "out").glob("*.wav"))) == 1
+
+
+def test_the_volume_set_from_home_assistant_holds_after_a_restart(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
+    overrides = {"mqtt.ha_discovery": True, "daemon.state_dir": str(tmp_path / "daemon")}
+    running = InProcess(tmp_path, broker, overrides)
+    try:
+        producer.publish("edge/dev1/ha/volume/set", b"0.5")
+        wait_until(lambda: any(m.payload == b"0.5" for m in everything.messages
+                               if m.topic == "edge/dev1/ha/volume"), what="volume state")
+    finally:
+        running.stop()
+    late = Watcher(broker.url, topic="edge/dev1/ha/volume")
+    try:
+        running = InProcess(tmp_path, broker, overrides)
+        try:
+            wait_until(lambda: len(late.messages) >= 2, what="the retained volume and the restarted one")
+            producer.publish("edge/dev1/announce", {"id": "v2", "text": "One."})
+            everything.wait("edge/dev1/announce/status", lambda d: d["id"] == "v2" and d["state"] == "done")
+        finally:
+            running.stop()
+    finally:
+        late.close()
+    assert {m.payload for m in late.messages} == {b"0.5"}
+    level = float(np.max(np.abs(read_wav(tmp_path / "out" / "v2.wav").samples)))
+    assert abs(level - 0.05) < 0.002  # ToneSynth's 0.1 at half volume
+
+
+def test_an_unreadable_mute_file_keeps_the_microphone_closed_and_says_muted(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
+    state = tmp_path / "daemon"
+    state.mkdir()
+    (state / "controls.json").write_bytes(b'{"mic_muted": fa')  # torn, or written by someone else
+    made = Listening.made
+    running = InProcess(tmp_path, broker, {"mqtt.ha_discovery": True, "daemon.state_dir": str(state)})
+    try:
+        status = everything.wait("edge/dev1/status", lambda d: d["state"] == "online")[0]
+        wait_until(lambda: any(m.payload == b"ON" for m in everything.messages
+                               if m.topic == "edge/dev1/ha/mic_mute"), what="mute state ON")
+        assert status["listen"]["state"] == "muted" and Listening.made == made
+        producer.publish("edge/dev1/ha/mic_mute/set", b"OFF")  # the user's switch mends it
+        wait_until(lambda: running.daemon.listener is not None, what="microphone open")
+    finally:
+        running.stop()
+    assert (state / "controls.json").read_text().startswith('{"mic_muted": false')
+
+
+def test_a_config_that_sets_the_volume_replaces_home_assistants_and_one_that_does_not_keeps_it(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
+    def level(ann_id: str) -> float:
+        producer.publish("edge/dev1/announce", {"id": ann_id, "text": "One."})
+        everything.wait("edge/dev1/announce/status", lambda d: d["id"] == ann_id and d["state"] == "done")
+        return float(np.max(np.abs(read_wav(tmp_path / "out" / f"{ann_id}.wav").samples)))
+
+    def applied(version: int) -> None:
+        everything.wait("edge/dev1/config/status",
+                        lambda d: d["version"] == version and d["state"] == "applied")
+
+    overrides = {"mqtt.ha_discovery": True, "daemon.state_dir": str(tmp_path / "d")}
+    running = InProcess(tmp_path, broker, overrides)
+    try:
+        producer.publish("edge/dev1/ha/volume/set", b"0.5")
+        wait_until(lambda: running.daemon.volume() == 0.5, what="Home Assistant's volume")
+        producer.publish("edge/dev1/config", signed(3, {"wake": {"chime": False}}))
+        applied(3)
+        assert abs(level("after-3") - 0.05) < 0.002  # a config about something else keeps it
+        producer.publish("edge/dev1/config", signed(4, {"audio": {"volume": 0.8}}))
+        applied(4)
+        assert abs(level("after-4") - 0.08) < 0.002  # the config's word is the latest
+        wait_until(lambda: [m.payload for m in everything.messages if m.topic == "edge/dev1/ha/volume"][-1]
+                   == b"0.8", what="the slider's state following the config")
+    finally:
+        running.stop()
+    assert '"volume": null' in (tmp_path / "d" / "controls.json").read_text()

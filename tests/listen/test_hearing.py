@@ -117,6 +117,26 @@ def test_listen_cli_prints_one_wake_and_one_transcript_as_json(tmp_path, whisper
     assert events[1]["conversation_id"] == events[0]["conversation_id"]
 
 
+def test_listen_cli_hears_raw_pcm_from_a_configured_input_pipe_on_stdin(tmp_path, whisper_dir, speech):
+    import subprocess
+    import sys
+
+    from edge_agent.audio.resample import resample
+    from edge_agent.audio.wav import encode_pcm
+
+    room = np.concatenate([silence(0.5), speech[WAKE_COMMAND], silence(2.0)])
+    pcm = encode_pcm(resample(room, 16000, 48000), 2, 2)  # `arecord -r 48000 -c 2 -f S16_LE -t raw | ...`
+    result = subprocess.run(
+        [sys.executable, "-m", "edge_agent", "listen", "--json", "--set", f"asr.model={whisper_dir}",
+         "--set", 'audio.input_pipe="-"', "--set", "audio.input_rate=48000",
+         "--set", "audio.input_channels=2"],
+        input=pcm, capture_output=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    events = [json.loads(line) for line in result.stdout.decode().splitlines()]
+    assert [e["event"] for e in events][:2] == ["wake", "transcript"]
+    assert "kitchen lights" in events[1]["text"].lower()
+
+
 def test_listen_cli_with_a_corrupt_custom_model_is_one_line_and_exit_2(tmp_path, whisper_dir, speech):
     (tmp_path / "mine.tflite").write_bytes(b"\x00" * 4096)
     (tmp_path / "mine.json").write_text(json.dumps({

@@ -1,0 +1,131 @@
+"""The daemon hears through a command and a FIFO and speaks through a command (real processes,
+real models, a real mosquitto): what users of arecord/parecord/pw-record and aplay/paplay/pw-play run."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from speech_fixtures import silence
+
+from edge_agent.audio.resample import resample
+from edge_agent.audio.wav import decode, encode_pcm
+from edge_agent.bench.clips import load_16k, piper_clip
+from tests.daemon_support import HearingDaemon
+from tests.mqtt_support import Producer, Watcher, wait_until
+
+WAKE_COMMAND = "Okay Nabu, turn on the kitchen lights."
+
+
+@pytest.fixture(scope="module")
+def room(clip_cache: Path, piper_voice: Any) -> np.ndarray:
+    """The wake phrase and a command with silence around it, 16 kHz."""
+    return np.concatenate([silence(0.5), load_16k(piper_clip(WAKE_COMMAND, clip_cache, piper_voice)),
+                           silence(2.0)])
+
+
+@pytest.fixture
+def watcher(broker: Any) -> Any:
+    w = Watcher(broker.url)
+    yield w
+    w.close()
+
+
+def heard_the_turn(watcher: Watcher) -> tuple[dict[str, Any], dict[str, Any]]:
+    woke = watcher.wait("edge/dev1/wake", timeout=180)[0]
+    heard = watcher.wait("edge/dev1/transcript", timeout=180)[0]
+    assert woke["wake_word"] == "Okay Nabu" and heard["conversation_id"] == woke["conversation_id"]
+    assert "kitchen lights" in heard["text"].lower()
+    return woke, heard
+
+
+def test_the_daemon_hears_a_wake_word_and_command_through_an_input_command(
+        tmp_path: Path, broker: Any, whisper_dir: Path, room: np.ndarray, watcher: Watcher) -> None:
+    raw = tmp_path / "room.raw"  # what `arecord -r 22050 -c 2 -f S16_LE -t raw` would write
+    raw.write_bytes(encode_pcm(resample(room, 16000, 22050), 2, 2))
+    running = HearingDaemon(tmp_path, broker, whisper_dir, {
+        "audio.input_command": f"cat {shlex.quote(str(raw))}", "audio.input_rate": 22050,
+        "audio.input_channels": 2, "wake.chime": False})
+    try:
+        heard_the_turn(watcher)
+    finally:
+        running.stop()
+
+
+def test_an_input_command_that_exits_is_on_the_status_and_started_again(
+        tmp_path: Path, broker: Any, whisper_dir: Path, watcher: Watcher) -> None:
+    starts = tmp_path / "starts"
+    script = (f"echo run >> {shlex.quote(str(starts))}; "
+              "echo 'arecord: main:850: audio open error: No such file or directory' >&2; exit 1")
+    command = shlex.join(["sh", "-c", script])
+    running = HearingDaemon(tmp_path, broker, whisper_dir, {"audio.input_command": command})
+    try:
+        status = watcher.wait("edge/dev1/status", lambda d: d.get("listen", {}).get("state") == "unavailable")
+        wait_until(lambda: starts.exists() and len(starts.read_text().split()) >= 2, what="the second start")
+    finally:
+        running.stop()
+    error = status[0]["listen"]["error"]
+    assert error.startswith("audio.input_command exited with code 1: arecord: main:850: audio open error")
+    assert error.endswith("starting it again in 0.5 s")
+
+
+def test_an_input_command_that_cannot_start_leaves_the_daemon_announcing_and_says_why(
+        tmp_path: Path, broker: Any, whisper_dir: Path, watcher: Watcher) -> None:
+    running = HearingDaemon(tmp_path, broker, whisper_dir,
+                            {"audio.input_command": "no-such-recorder -r 16000"})
+    producer = Producer(broker.url)
+    try:
+        status = watcher.wait("edge/dev1/status", lambda d: d.get("listen", {}).get("state") == "unavailable")
+        producer.publish("edge/dev1/announce", {"id": "still", "text": "Still here."})
+        watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "still" and d["state"] == "done")
+    finally:
+        producer.close()
+        running.stop()
+    assert status[0]["listen"]["error"] == ("audio.input_command: cannot start 'no-such-recorder' "
+                                            "(No such file or directory)")
+
+
+def test_the_daemon_hears_a_live_stream_fed_into_its_fifo(
+        tmp_path: Path, broker: Any, whisper_dir: Path, room: np.ndarray, watcher: Watcher) -> None:
+    fifo = tmp_path / "mic.pcm"
+    running = HearingDaemon(tmp_path, broker, whisper_dir,
+                            {"audio.input_pipe": str(fifo), "wake.chime": False})
+    try:
+        watcher.wait("edge/dev1/status", lambda d: d.get("listen", {}).get("state") == "listening")
+        assert fifo.is_fifo()  # made by the daemon
+        block = 320  # 20 ms, as a sound server delivers it
+        started = time.monotonic()
+        with fifo.open("wb", buffering=0) as mic:
+            for start in range(0, len(room), block):
+                mic.write(encode_pcm(room[start:start + block], 2))
+                # Pacing, not synchronisation: the stream arrives in real time, as a microphone's.
+                ahead = (start + block) / 16000 - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+        heard_the_turn(watcher)
+    finally:
+        running.stop()
+
+
+def test_an_output_command_gets_the_announcement_as_raw_pcm_at_its_rate(
+        tmp_path: Path, broker: Any, watcher: Watcher) -> None:
+    played = tmp_path / "played.raw"
+    command = shlex.join(["sh", "-c", f"cat > {shlex.quote(str(played))}"])  # aplay, for the test
+    running = HearingDaemon(tmp_path, broker, None,
+                            {"audio.output_command": command, "audio.output_rate": 22050})
+    producer = Producer(broker.url)
+    try:
+        producer.publish("edge/dev1/announce", {"id": "a1", "text": "One. Two."})
+        watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "a1" and d["state"] == "done")
+    finally:
+        producer.close()
+        running.stop()
+    audio = decode(played.read_bytes(), "pcm", 2, 1, played)
+    # ToneSynth: two sentences of 0.05 s at 16 kHz (levels 0.1 and 0.2), resampled to 22.05 kHz
+    assert abs(len(audio) - 2 * 0.05 * 22050) <= 2
+    assert np.median(np.abs(audio[200:1000])) == pytest.approx(0.1, abs=0.005)
+    assert np.median(np.abs(audio[1300:2000])) == pytest.approx(0.2, abs=0.005)

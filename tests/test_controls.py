@@ -1,0 +1,70 @@
+"""The user's microphone mute and volume survive a restart; an unreadable file keeps the microphone muted."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from edge_agent.controls import MAX_BYTES, ControlState, ControlStore
+
+
+def test_a_saved_state_is_loaded_again(tmp_path: Path) -> None:
+    store = ControlStore(tmp_path / "daemon")
+    store.save(ControlState(mic_muted=True, volume=0.25))
+    assert ControlStore(tmp_path / "daemon").load() == ControlState(mic_muted=True, volume=0.25)
+    store.save(ControlState(mic_muted=False))
+    assert store.load() == ControlState(mic_muted=False, volume=None)
+    assert [p.name for p in (tmp_path / "daemon").iterdir()] == ["controls.json"]  # no temp left
+
+
+def test_no_file_means_nobody_changed_anything(tmp_path: Path) -> None:
+    assert ControlStore(tmp_path / "never-written").load() == ControlState(mic_muted=False, volume=None)
+
+
+@pytest.mark.parametrize(("content", "reason"), [
+    (b"", "not JSON"),
+    (b'{"mic_muted": tr', "not JSON"),  # torn by hand (our writes are atomic)
+    (b"\xff\xfe{}", "not JSON"),
+    (b"[true]", "'mic_muted'"),
+    (b'{"volume": 0.5}', "'mic_muted'"),
+    (b'{"mic_muted": "no"}', "'mic_muted'"),
+    (b'{"mic_muted": 0}', "'mic_muted'"),
+    (b"[" * 100000, "larger than"),
+    (b'{"mic_muted": false, "pad": "' + b"x" * MAX_BYTES + b'"}', "larger than"),
+])
+def test_an_unreadable_file_keeps_the_microphone_muted_and_says_why(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes, reason: str) -> None:
+    store = ControlStore(tmp_path)
+    store.path.write_bytes(content)
+    with caplog.at_level(logging.ERROR, logger="edge_agent.controls"):
+        assert store.load() == ControlState(mic_muted=True, volume=None)
+    assert reason in caplog.text and "stays muted" in caplog.text and str(store.path) in caplog.text
+
+
+def test_a_symlink_a_fifo_or_a_directory_is_not_followed_or_waited_on(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.json"
+    target.write_text('{"mic_muted": false}')
+    for make in (lambda p: p.symlink_to(target), os.mkfifo, lambda p: p.mkdir()):
+        directory = tmp_path / f"case-{len(list(tmp_path.iterdir()))}"
+        directory.mkdir()
+        store = ControlStore(directory)
+        make(store.path)
+        assert store.load() == ControlState(mic_muted=True)  # returns at once (a FIFO has no writer)
+
+
+def test_a_bad_volume_only_loses_the_volume(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = ControlStore(tmp_path)
+    for volume in ("1.5", "-0.1", '"loud"', "true", "1e999"):
+        store.path.write_text(f'{{"mic_muted": false, "volume": {volume}}}')
+        with caplog.at_level(logging.WARNING, logger="edge_agent.controls"):
+            assert store.load() == ControlState(mic_muted=False, volume=None), volume
+    assert "is not a number 0..1" in caplog.text
+
+
+def test_a_state_that_cannot_be_written_raises(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError):
+        ControlStore(tmp_path / "file").save(ControlState(mic_muted=True))
