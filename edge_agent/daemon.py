@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent import __version__
 from edge_agent.announce.journal import Journal
@@ -62,7 +62,7 @@ from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, pla
 from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.audio.sinks import AudioOutput
 from edge_agent.audio.sources import WavFileSource
-from edge_agent.config import Settings, load_settings
+from edge_agent.config import WAKE_BUILTIN, Settings, load_settings
 from edge_agent.errors import EdgeError
 from edge_agent.fleet.manager import ActiveConfig, FleetManager, Report
 from edge_agent.hermes.adapter import HermesAdapter
@@ -78,6 +78,7 @@ from edge_agent.listen.hearing import (
     Woke,
     build_hearing,
 )
+from edge_agent.listen.remote import RemoteTurns
 from edge_agent.metrics import Metrics
 from edge_agent.models import ModelStore, load_catalog
 from edge_agent.mqtt.bridge import KEEP, KEEP_LEAST, KEEP_MOST, Bridge, Message
@@ -91,6 +92,9 @@ from edge_agent.tts.voice import Synthesizer
 from edge_agent.wake.engine import Detection
 from edge_agent.wyoming.satellite import SatelliteService
 from edge_agent.wyoming.service import WyomingService, load_transcriber, load_wake
+
+if TYPE_CHECKING:
+    from edge_agent.esphome.service import EsphomeService
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +172,9 @@ class Daemon:
         self._started = time.monotonic()
         self.bridge: Bridge | None = None
         self.wyoming: WyomingService | None = None
+        self.esphome: EsphomeService | None = None
+        self._remote: RemoteTurns | None = None
+        """Where the current wake word's turn streams (the ESPHome API or the Wyoming satellite)."""
         self.listener: HearingLoop | None = None
         self.listening: dict[str, Any] = {"mode": "off", "state": "off"}
         """What the microphone does, on the status topic: mode, state (listening, unavailable, off)."""
@@ -231,6 +238,7 @@ class Daemon:
         self.announcements.start()
         self._start_listener()
         await self._start_wyoming()
+        await self._start_esphome()
         self._publish(self._status_message("online"))
         tasks = [asyncio.create_task(self._heartbeat(), name="heartbeat"),
                  asyncio.create_task(self._fleet_worker(), name="fleet")]
@@ -246,6 +254,8 @@ class Daemon:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self.wyoming is not None:
             await self.wyoming.stop()
+        if self.esphome is not None:
+            await self.esphome.stop()
         await asyncio.to_thread(self._shutdown)
         log.info("stopped")
         return 0
@@ -514,10 +524,69 @@ class Daemon:
     def satellite(self) -> SatelliteService | None:
         return self.wyoming.satellite if self.wyoming is not None else None
 
+    async def _start_esphome(self) -> None:
+        """The ESPHome native API on this loop (Home Assistant's voice assistant)."""
+        settings = self.settings.esphome
+        if not settings.enabled:
+            return
+        try:
+            from edge_agent.esphome.assistant import Assistant, MediaLimits
+            from edge_agent.esphome.entities import Entities
+            from edge_agent.esphome.service import EsphomeService
+        except ImportError as exc:  # aioesphomeapi needs Python 3.11
+            log.error("esphome: the ESPHome API is not available here (%s); it needs Python 3.11 or "
+                      "later with aioesphomeapi installed", exc)
+            return
+        models = list(self.settings.wake.models)
+        entities = Entities(settings.name or self.device, self, wake_words=models,
+                            available_wake_words=[*models, *(m for m in WAKE_BUILTIN if m not in models)],
+                            set_wake_words=self._set_wake_words)
+        assistant = Assistant(self.announcements, entities,
+                              MediaLimits(settings.media_max_bytes, settings.media_timeout_s),
+                              end_turn=self._end_streamed_turn, open_turn=self._open_turn,
+                              on_transcript=self._on_remote_transcript)
+        service = EsphomeService(settings, self.device, assistant, entities)
+        try:
+            await service.start()
+        except OSError as exc:
+            log.error("esphome: API not started: %s", exc)
+            assistant.close()
+            return
+        self.esphome = service
+
+    def _takers(self) -> list[RemoteTurns]:
+        """Who may take a streamed turn, in order of preference."""
+        takers: list[RemoteTurns] = []
+        if self.esphome is not None:
+            takers.append(self.esphome.assistant)
+        if self.satellite is not None:
+            takers.append(self.satellite)
+        return takers
+
     def _stream_turns(self) -> bool:
         """Whether a wake word heard now streams its turn to Home Assistant (the listener asks)."""
-        satellite = self.satellite
-        return satellite is not None and satellite.streaming
+        return any(taker.streaming for taker in self._takers())
+
+    def _open_turn(self, conversation_id: str) -> None:
+        """Home Assistant continues the conversation: a turn without a wake word (any thread)."""
+        if self.listener is not None and self.listening.get("mode") == "wake":
+            self.listener.hearing.open_turn(conversation_id)
+
+    def _set_wake_words(self, names: list[str]) -> None:
+        """Home Assistant chose other wake words: the hearing loop restarts with them."""
+        new = replace(self.settings, wake=replace(self.settings.wake, models=tuple(names)))
+        self.settings = new
+        log.info("wake words set to %s", ", ".join(names))
+        if self._loop is not None and not self._mic_muted:
+            asyncio.run_coroutine_threadsafe(self._restart_listener(), self._loop)
+
+    async def _restart_listener(self) -> None:
+        async with self._mute_lock:
+            listener, self.listener = self.listener, None
+            if listener is not None:
+                await asyncio.to_thread(listener.stop)
+            if not self._mic_muted:
+                await asyncio.to_thread(self._start_listener)
 
     def _end_streamed_turn(self, conversation_id: str) -> None:
         """Home Assistant has the command (or is gone): the hearing loop ends the turn."""
@@ -542,20 +611,25 @@ class Daemon:
         return current is None or not says(current.text, detection.wake_word)
 
     def _on_event(self, event: Event) -> None:
-        satellite = self.satellite
+        remote = self._remote
         if isinstance(event, Streamed):
-            if satellite is not None:
-                satellite.audio(event.conversation_id, event.samples)
+            if remote is not None:
+                remote.audio(event.conversation_id, event.samples)
         elif isinstance(event, Woke):
             self._on_wake(event)
-            if event.streamed and satellite is not None:
-                found = event.detection
-                satellite.begin_turn(event.conversation_id, found.model, found.wake_word, found.time)
+            if event.streamed:
+                self._remote = remote = next((t for t in self._takers() if t.streaming), None)
+                if remote is None:
+                    self._end_streamed_turn(event.conversation_id)
+                else:
+                    found = event.detection
+                    remote.begin_turn(event.conversation_id, found.model, found.wake_word, found.time)
         elif isinstance(event, Heard):
             self._on_heard(event)
         elif isinstance(event, TurnEnded):
-            if satellite is not None:
-                satellite.end_turn(event.conversation_id)
+            if remote is not None:
+                remote.end_turn(event.conversation_id)
+                self._remote = None
             self._on_turn_end(event)
 
     def _on_wake(self, event: Woke) -> None:
