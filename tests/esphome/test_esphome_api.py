@@ -17,9 +17,9 @@ from typing import Any
 
 from aioesphomeapi import (
     APIClient,
+    MediaPlayerEntityState,
     MediaPlayerInfo,
     MediaPlayerState,
-    MediaPlayerEntityState,
     SwitchInfo,
     VoiceAssistantFeature,
     VoiceAssistantTimerEventType,
@@ -109,9 +109,9 @@ def test_volume_and_mute_set_in_home_assistant_reach_the_device_and_come_back_as
 def test_a_flood_of_finished_timers_plays_one_chime_per_timer_and_a_few_at_most(device, tmp_path: Path):
     async def scenario() -> None:
         async for client in connected(device):
+            finished = VoiceAssistantTimerEventType.VOICE_ASSISTANT_TIMER_FINISHED
             for i in range(300):
-                client.send_voice_assistant_timer_event(
-                    VoiceAssistantTimerEventType.VOICE_ASSISTANT_TIMER_FINISHED, f"t{i % 20}", "pasta", 60, 0, False)
+                client.send_voice_assistant_timer_event(finished, f"t{i % 20}", "pasta", 60, 0, False)
             await client.device_info()  # a round trip: every timer event before it has been handled
 
     asyncio.run(scenario())
