@@ -691,6 +691,7 @@ class Daemon:
         self.announcements.swap(replace(self.announcements.speaking, opener=self._make_opener(new)))
         self.settings = new
         log.info("volume set to %.2f", volume)
+        self._controls_changed()
 
     def mic_muted(self) -> bool:
         return self._mic_muted
@@ -701,8 +702,14 @@ class Daemon:
             return
         self._mic_muted = muted
         log.info("microphone %s", "muted" if muted else "unmuted")
+        self._controls_changed()
         if self._loop is not None:
             asyncio.run_coroutine_threadsafe(self._apply_mute(), self._loop)
+
+    def _controls_changed(self) -> None:
+        """Volume or mute changed (from any side): the ESPHome API's entities say so."""
+        if self.esphome is not None:
+            self.esphome.server.entities.refresh()
 
     async def _apply_mute(self) -> None:
         async with self._mute_lock:  # one switch at a time; the last request wins

@@ -119,6 +119,11 @@ class Entities:
 
     # -- states (any thread) ---------------------------------------------------------------
 
+    def refresh(self) -> None:
+        """The device changed a value itself (MQTT, a restart): tell Home Assistant."""
+        for state in self.states():
+            self.publish(state)
+
     def playing(self, playing: bool) -> None:
         if playing != self._playing:
             self._playing = playing

@@ -15,6 +15,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from aioesphomeapi import (
     APIClient,
     MediaPlayerEntityState,
@@ -137,7 +138,9 @@ def test_a_newer_home_assistant_connection_takes_the_voice_assistant_over(device
                 await second.device_info()
                 new = device.esphome.assistant.controller
                 assert new is not None and new is not old
-            assert device.esphome.assistant.controller is None  # the newer one left: nobody runs it
+            async with asyncio.timeout(10):  # the newer one left: nobody runs it
+                while device.esphome.assistant.controller is not None:
+                    await asyncio.sleep(0.02)
 
     asyncio.run(scenario())
 
@@ -175,3 +178,41 @@ def test_hostile_frames_close_their_connection_and_honest_clients_still_get_in(d
             assert (await client.device_info()).name == "kitchen"
 
     asyncio.run(honest())
+
+
+def test_a_mute_set_elsewhere_reaches_home_assistant_as_the_switch_state(device):
+    states: list[Any] = []
+
+    async def scenario() -> None:
+        async for client in connected(device):
+            client.subscribe_states(states.append)
+            await client.device_info()
+            device.set_mic_muted(True)  # as the MQTT switch does
+            async with asyncio.timeout(10):
+                while not any(s.key == MUTE and getattr(s, "state", None) is True for s in states):
+                    await asyncio.sleep(0.02)
+
+    asyncio.run(scenario())
+
+
+def test_a_controller_that_stops_reading_is_closed_before_its_audio_grows_the_device(device):
+    from aioesphomeapi import api_pb2 as pb
+
+    from edge_agent.esphome.frames import encode
+
+    assistant = device.esphome.assistant
+    with socket.create_connection(("127.0.0.1", port_of(device)), timeout=10) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(b"".join(encode(pb.HelloRequest(client_info="stalled"),
+                                     pb.SubscribeVoiceAssistantRequest(subscribe=True, flags=4))))
+        wait_until(lambda: assistant.controller is not None, what="the stalled client to subscribe")
+        assistant.begin_turn("c1", "okay_nabu", "Okay Nabu", 0.0)
+        second = np.zeros(16000, dtype=np.float32)
+        sent = 0
+        while assistant.controller is not None and sent < 200:  # 200 s of audio is 6.4 MB
+            assistant.audio("c1", second)
+            sent += 1
+            # The loop runs callbacks in order: once this no-op has run, the audio was written.
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), device._loop).result(10)
+        wait_until(lambda: assistant.controller is None, timeout=20, what="the stalled client to be closed")
+    assert sent < 200  # closed at about 1 MiB waiting (and what the kernel's buffers hold), not 6.4 MB
