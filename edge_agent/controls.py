@@ -1,4 +1,4 @@
-"""What the user changes on a running device (microphone mute, volume), kept across restarts.
+"""What the user changes on a running device (microphone mute, volume, wake words), kept across restarts.
 
 Home Assistant's switch and slider send a command once (their command topics are
 not retained), so the device itself must remember: `ControlStore` keeps the state
@@ -42,9 +42,12 @@ class ControlState:
     mic_muted: bool = False
     volume: float | None = None
     """0..1 as last set by the user; None: `audio.volume` from the config."""
+    wake_words: tuple[str, ...] | None = None
+    """Wake models chosen in Home Assistant (the ESPHome API); None: `wake.models` from the config."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"mic_muted": self.mic_muted, "volume": self.volume}
+        wake = None if self.wake_words is None else list(self.wake_words)
+        return {"mic_muted": self.mic_muted, "volume": self.volume, "wake_words": wake}
 
 
 class ControlStore:
@@ -72,7 +75,13 @@ class ControlStore:
             log.warning("%s: volume %.40r is not a number 0..1; the config's audio.volume applies",
                         self.path, volume)
             volume = None
-        return ControlState(mic_muted=doc["mic_muted"], volume=None if volume is None else float(volume))
+        wake = doc.get("wake_words")
+        if wake is not None and not _is_wake_words(wake):
+            log.warning("%s: wake_words %.80r is not a list of model names; the config's wake.models "
+                        "apply", self.path, wake)
+            wake = None
+        return ControlState(mic_muted=doc["mic_muted"], volume=None if volume is None else float(volume),
+                            wake_words=None if wake is None else tuple(wake))
 
     def save(self, state: ControlState) -> None:
         """Replace the stored state durably; `OSError` if it cannot be written."""
@@ -96,6 +105,12 @@ def _read_small(path: Path) -> bytes:
     if len(data) > MAX_BYTES:
         raise ValueError(f"larger than {MAX_BYTES} bytes")
     return data
+
+
+def _is_wake_words(value: Any) -> bool:
+    """A short non-empty list of short names (the daemon keeps only the models it offers)."""
+    return (isinstance(value, list) and 0 < len(value) <= 16
+            and all(isinstance(v, str) and 0 < len(v) <= 256 for v in value))
 
 
 def _is_volume(value: Any) -> bool:

@@ -55,7 +55,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent import __version__
 from edge_agent.announce.journal import Journal
@@ -65,7 +65,7 @@ from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, pla
 from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.audio.sinks import AudioOutput
 from edge_agent.audio.sources import CommandSource
-from edge_agent.config import Settings, load_settings
+from edge_agent.config import WAKE_BUILTIN, Settings, load_settings
 from edge_agent.controls import ControlState, ControlStore
 from edge_agent.errors import EdgeError
 from edge_agent.fleet.manager import ActiveConfig, FleetManager, Report
@@ -82,6 +82,7 @@ from edge_agent.listen.hearing import (
     Woke,
     build_hearing,
 )
+from edge_agent.listen.remote import RemoteTurns
 from edge_agent.metrics import Metrics
 from edge_agent.models import ModelStore, load_catalog
 from edge_agent.mqtt.bridge import KEEP, KEEP_LEAST, KEEP_MOST, Bridge, Message
@@ -95,6 +96,9 @@ from edge_agent.tts.voice import Synthesizer
 from edge_agent.wake.engine import Detection
 from edge_agent.wyoming.satellite import SatelliteService
 from edge_agent.wyoming.service import WyomingService, load_transcriber, load_wake
+
+if TYPE_CHECKING:
+    from edge_agent.esphome.service import EsphomeService
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +156,12 @@ class SettingsSource:
 class Daemon:
     """The running agent."""
 
+    # What the user changed at run time (`_load_controls`, kept in `controls`).
+    _mic_muted: bool
+    _user_volume: float | None
+    _user_wake: tuple[str, ...] | None
+    _config_volume: float
+
     def __init__(self, source: SettingsSource, *,
                  synthesizer_factory: SynthesizerFactory = routed_synthesizer,
                  listener_factory: ListenerFactory = asr_listener,
@@ -170,6 +180,9 @@ class Daemon:
         self._started = time.monotonic()
         self.bridge: Bridge | None = None
         self.wyoming: WyomingService | None = None
+        self.esphome: EsphomeService | None = None
+        self._remote: RemoteTurns | None = None
+        """Where the current wake word's turn streams (the ESPHome API or the Wyoming satellite)."""
         self.listener: HearingLoop | None = None
         self.listening: dict[str, Any] = {"mode": "off", "state": "off"}
         """What the microphone does, on the status topic: mode, state (listening, unavailable, off)."""
@@ -187,14 +200,7 @@ class Daemon:
         except EdgeError as exc:
             log.error("fleet config version %d no longer loads (%s); running with the local config",
                       active.version, exc)
-        self.controls = ControlStore(self.base.daemon.state_dir)
-        self._controls_lock = threading.Lock()
-        controls = self.controls.load()  # before anything listens: a muted microphone stays closed
-        self._mic_muted = controls.mic_muted
-        self._user_volume = controls.volume
-        """The volume Home Assistant set, until a config changes `audio.volume`; None: the config's."""
-        self._config_volume = self.settings.audio.volume
-        self.settings = self._with_user_volume(self.settings)
+        self._load_controls()  # before anything listens: a muted microphone stays closed
         self.topics = Topics(self.settings.mqtt.prefix, self.device, self.settings.device.group)
         speaking = Speaking(self.settings.announcements, self._make_synth(self.settings),
                             self._make_opener(self.settings), _tts_voices(self.settings))
@@ -240,6 +246,7 @@ class Daemon:
         self.announcements.start()
         self._start_listener()
         await self._start_wyoming()
+        await self._start_esphome()
         self._publish(self._status_message("online"))
         tasks = [asyncio.create_task(self._heartbeat(), name="heartbeat"),
                  asyncio.create_task(self._fleet_worker(), name="fleet")]
@@ -255,6 +262,8 @@ class Daemon:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self.wyoming is not None:
             await self.wyoming.stop()
+        if self.esphome is not None:
+            await self.esphome.stop()
         await asyncio.to_thread(self._shutdown)
         log.info("stopped")
         return 0
@@ -545,10 +554,73 @@ class Daemon:
     def satellite(self) -> SatelliteService | None:
         return self.wyoming.satellite if self.wyoming is not None else None
 
+    async def _start_esphome(self) -> None:
+        """The ESPHome native API on this loop (Home Assistant's voice assistant)."""
+        settings = self.settings.esphome
+        if not settings.enabled:
+            return
+        try:
+            from edge_agent.esphome.assistant import Assistant, MediaLimits
+            from edge_agent.esphome.entities import Entities
+            from edge_agent.esphome.service import EsphomeService
+        except ImportError as exc:  # aioesphomeapi needs Python 3.11
+            log.error("esphome: the ESPHome API is not available here (%s); it needs Python 3.11 or "
+                      "later with aioesphomeapi installed", exc)
+            return
+        entities = Entities(settings.name or self.device, self, wake_words=list(self.settings.wake.models),
+                            available_wake_words=self.wake_offered(), set_wake_words=self._set_wake_words)
+        assistant = Assistant(self.announcements, entities,
+                              MediaLimits(settings.media_max_bytes, settings.media_timeout_s),
+                              end_turn=self._end_streamed_turn, open_turn=self._open_turn,
+                              on_transcript=self._on_remote_transcript)
+        service = EsphomeService(settings, self.device, assistant, entities)
+        try:
+            await service.start()
+        except OSError as exc:
+            log.error("esphome: API not started: %s", exc)
+            assistant.close()
+            return
+        self.esphome = service
+
+    def wake_offered(self) -> list[str]:
+        """The wake models Home Assistant may choose from: the configured ones, then the built-in."""
+        configured = list(self.base.wake.models)
+        return [*configured, *(m for m in WAKE_BUILTIN if m not in configured)]
+
+    def _takers(self) -> list[RemoteTurns]:
+        """Who may take a streamed turn, in order of preference."""
+        takers: list[RemoteTurns] = []
+        if self.esphome is not None:
+            takers.append(self.esphome.assistant)
+        if self.satellite is not None:
+            takers.append(self.satellite)
+        return takers
+
     def _stream_turns(self) -> bool:
         """Whether a wake word heard now streams its turn to Home Assistant (the listener asks)."""
-        satellite = self.satellite
-        return satellite is not None and satellite.streaming
+        return any(taker.streaming for taker in self._takers())
+
+    def _open_turn(self, conversation_id: str) -> None:
+        """Home Assistant continues the conversation: a turn without a wake word (any thread)."""
+        if self.listener is not None and self.listening.get("mode") == "wake":
+            self.listener.hearing.open_turn(conversation_id)
+
+    def _set_wake_words(self, names: list[str]) -> None:
+        """Home Assistant chose other wake words: the hearing loop restarts with them."""
+        self._user_wake = tuple(names)
+        self._save_controls()
+        self.settings = self._with_user_volume(self.settings)
+        log.info("wake words set to %s", ", ".join(names))
+        if self._loop is not None and not self._mic_muted:
+            asyncio.run_coroutine_threadsafe(self._restart_listener(), self._loop)
+
+    async def _restart_listener(self) -> None:
+        async with self._mute_lock:
+            listener, self.listener = self.listener, None
+            if listener is not None:
+                await asyncio.to_thread(listener.stop)
+            if not self._mic_muted:
+                await asyncio.to_thread(self._start_listener)
 
     def _end_streamed_turn(self, conversation_id: str) -> None:
         """Home Assistant has the command (or is gone): the hearing loop ends the turn."""
@@ -573,20 +645,25 @@ class Daemon:
         return current is None or not says(current.text, detection.wake_word)
 
     def _on_event(self, event: Event) -> None:
-        satellite = self.satellite
+        remote = self._remote
         if isinstance(event, Streamed):
-            if satellite is not None:
-                satellite.audio(event.conversation_id, event.samples)
+            if remote is not None:
+                remote.audio(event.conversation_id, event.samples)
         elif isinstance(event, Woke):
             self._on_wake(event)
-            if event.streamed and satellite is not None:
-                found = event.detection
-                satellite.begin_turn(event.conversation_id, found.model, found.wake_word, found.time)
+            if event.streamed:
+                self._remote = remote = next((t for t in self._takers() if t.streaming), None)
+                if remote is None:
+                    self._end_streamed_turn(event.conversation_id)
+                else:
+                    found = event.detection
+                    remote.begin_turn(event.conversation_id, found.model, found.wake_word, found.time)
         elif isinstance(event, Heard):
             self._on_heard(event)
         elif isinstance(event, TurnEnded):
-            if satellite is not None:
-                satellite.end_turn(event.conversation_id)
+            if remote is not None:
+                remote.end_turn(event.conversation_id)
+                self._remote = None
             self._on_turn_end(event)
 
     def _on_wake(self, event: Woke) -> None:
@@ -651,6 +728,7 @@ class Daemon:
         self.announcements.swap(replace(self.announcements.speaking, opener=self._make_opener(new)))
         self.settings = new
         log.info("volume set to %.2f", volume)
+        self._controls_changed()
 
     def mic_muted(self) -> bool:
         return self._mic_muted
@@ -664,21 +742,45 @@ class Daemon:
         if not changed:
             return
         log.info("microphone %s", "muted" if muted else "unmuted")
+        self._controls_changed()
         if self._loop is not None:
             asyncio.run_coroutine_threadsafe(self._apply_mute(), self._loop)
+
+    def _load_controls(self) -> None:
+        self.controls = ControlStore(self.base.daemon.state_dir)
+        self._controls_lock = threading.Lock()
+        controls = self.controls.load()
+        self._mic_muted = controls.mic_muted
+        self._user_volume = controls.volume
+        """The volume Home Assistant set, until a config changes `audio.volume`; None: the config's."""
+        offered = self.wake_offered()
+        chosen = [w for w in controls.wake_words or () if w in offered]
+        self._user_wake = tuple(chosen) if chosen else None
+        """The wake words Home Assistant chose (the ESPHome API); None: `wake.models`."""
+        self._config_volume = self.settings.audio.volume
+        self.settings = self._with_user_volume(self.settings)
 
     def _save_controls(self) -> None:
         try:
             with self._controls_lock:  # the MQTT thread and a reload: each saves the whole state
-                self.controls.save(ControlState(mic_muted=self._mic_muted, volume=self._user_volume))
+                self.controls.save(ControlState(mic_muted=self._mic_muted, volume=self._user_volume,
+                                                wake_words=self._user_wake))
         except OSError as exc:
             log.error("cannot save the microphone mute and volume to %s (%s): they hold until the "
                       "daemon restarts", self.controls.path, exc.strerror or exc)
 
     def _with_user_volume(self, settings: Settings) -> Settings:
+        """`settings` with what the user chose at run time (volume, wake words) over the config's."""
+        if self._user_wake is not None:
+            settings = replace(settings, wake=replace(settings.wake, models=self._user_wake))
         if self._user_volume is None:
             return settings
         return replace(settings, audio=replace(settings.audio, volume=self._user_volume))
+
+    def _controls_changed(self) -> None:
+        """Volume or mute changed (from any side): the ESPHome API's entities say so."""
+        if self.esphome is not None:
+            self.esphome.server.entities.refresh()
 
     async def _apply_mute(self) -> None:
         async with self._mute_lock:  # one switch at a time; the last request wins

@@ -1,4 +1,5 @@
-"""The user's microphone mute and volume survive a restart; an unreadable file keeps the microphone muted."""
+"""The user's microphone mute, volume and wake words survive a restart; an unreadable file keeps the
+microphone muted."""
 
 from __future__ import annotations
 
@@ -62,6 +63,18 @@ def test_a_bad_volume_only_loses_the_volume(tmp_path: Path, caplog: pytest.LogCa
         with caplog.at_level(logging.WARNING, logger="edge_agent.controls"):
             assert store.load() == ControlState(mic_muted=False, volume=None), volume
     assert "is not a number 0..1" in caplog.text
+
+
+def test_wake_words_round_trip_and_a_bad_list_only_loses_the_wake_words(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = ControlStore(tmp_path)
+    store.save(ControlState(mic_muted=False, volume=0.5, wake_words=("hey_jarvis", "alexa")))
+    assert store.load() == ControlState(mic_muted=False, volume=0.5, wake_words=("hey_jarvis", "alexa"))
+    for wake in ("[]", '"hey_jarvis"', "[1]", '[""]', '["x"]' .replace("x", "x" * 300), "[" + '"a",' * 16 + '"a"]'):
+        store.path.write_text(f'{{"mic_muted": true, "volume": 0.5, "wake_words": {wake}}}')
+        with caplog.at_level(logging.WARNING, logger="edge_agent.controls"):
+            assert store.load() == ControlState(mic_muted=True, volume=0.5, wake_words=None), wake
+    assert "is not a list of model names" in caplog.text
 
 
 def test_a_state_that_cannot_be_written_raises(tmp_path: Path) -> None:

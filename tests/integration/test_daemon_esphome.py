@@ -1,0 +1,118 @@
+"""`edge-agent run` as Home Assistant's voice assistant over the ESPHome API, a whole turn.
+
+The daemon runs in this process with real models: the microphone is a pipe this test
+writes 16 kHz PCM into (a wake word and a command, then live silence), the wake engine
+and the announcement queue are the daemon's own, the speaker is a directory of WAVs.
+The client is aioesphomeapi's `APIClient`, doing what Home Assistant's esphome
+integration does (homeassistant/components/esphome/assist_satellite.py): subscribe to
+the voice assistant, take the pipeline request and the microphone audio, send the
+pipeline's events, the answer as a TTS URL, and wait for the announcement to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from aioesphomeapi import VoiceAssistantEventType as Ev
+from esphome_support import MediaServer, connected, run_daemon
+from speech_fixtures import silence
+from test_daemon_satellite import ANSWER, RATE, WAKE_COMMAND, Microphone, clip_22k, spoken
+
+from edge_agent.asr.whisper import Padding
+from edge_agent.audio.wav import WavWriter
+from edge_agent.bench.clips import load_16k, piper_clip
+from edge_agent.config import AsrSettings
+from edge_agent.listen import build_hearing
+from edge_agent.models import ModelStore, load_catalog
+from tests.mqtt_support import Watcher
+
+
+@pytest.fixture
+def listening(tmp_path: Path, broker: Any, whisper_dir: Path) -> Iterator[dict[str, Any]]:
+    mic = Microphone()
+
+    def listener(settings: Any, accept_wake: Any) -> Any:
+        store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
+        return build_hearing(settings, store, mic.source, accept_wake)
+
+    watcher = Watcher(broker.url)
+    try:
+        for daemon in run_daemon(tmp_path, broker, {"listen.mode": "wake", "asr.model": str(whisper_dir)},
+                                 listener_factory=listener):
+            yield {"daemon": daemon, "mic": mic, "watcher": watcher, "out": tmp_path / "out"}
+    finally:
+        mic.close()
+        watcher.close()
+
+
+def test_a_wake_word_streams_the_command_to_home_assistant_and_its_answer_url_is_played(
+        listening, whisper, clip_cache, piper_voice, tmp_path: Path) -> None:
+    daemon, mic, out = listening["daemon"], listening["mic"], listening["out"]
+    media = MediaServer(tmp_path)
+    writer = WavWriter(tmp_path / "answer.wav", 22050)
+    writer.write(clip_22k(ANSWER, clip_cache, piper_voice))
+    writer.close()
+    command = load_16k(piper_clip(WAKE_COMMAND, clip_cache, piper_voice))
+
+    async def home_assistant() -> dict[str, Any]:
+        started: asyncio.Future[tuple[str, str | None]] = asyncio.get_running_loop().create_future()
+        finished: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        pcm = bytearray()
+
+        async def handle_start(conversation_id: str, flags: int, settings: Any, phrase: str | None) -> int:
+            started.set_result((conversation_id, phrase))
+            return 0  # the audio comes over the API
+
+        async def handle_stop(abort: bool) -> None:
+            return None
+
+        async def handle_audio(data: bytes, data2: bytes | None = None) -> None:
+            pcm.extend(data)
+
+        async def handle_finished(message: Any) -> None:
+            if not finished.done():
+                finished.set_result(message.success)
+
+        async for client in connected(daemon):
+            client.subscribe_voice_assistant(handle_start=handle_start, handle_stop=handle_stop,
+                                             handle_audio=handle_audio,
+                                             handle_announcement_finished=handle_finished)
+            await client.device_info()  # the subscription has been carried out
+            mic.say(np.concatenate([silence(0.3), command]))
+            conversation_id, phrase = await asyncio.wait_for(started, 30)
+            async with asyncio.timeout(30):
+                while len(pcm) < 2 * RATE * 2.5:  # Home Assistant's VAD would end it; 2.5 s holds the command
+                    await asyncio.sleep(0.05)
+            streamed = np.frombuffer(bytes(pcm), "<i2").astype(np.float32) / 32768
+            heard = whisper.recognize(streamed, Padding.from_settings(AsrSettings())).text
+            for kind, data in ((Ev.VOICE_ASSISTANT_RUN_START, {}), (Ev.VOICE_ASSISTANT_STT_START, {}),
+                               (Ev.VOICE_ASSISTANT_STT_VAD_END, {}),
+                               (Ev.VOICE_ASSISTANT_STT_END, {"text": heard}),
+                               (Ev.VOICE_ASSISTANT_INTENT_END, {"conversation_id": "c1",
+                                                                 "continue_conversation": "0"}),
+                               (Ev.VOICE_ASSISTANT_TTS_START, {"text": ANSWER}),
+                               (Ev.VOICE_ASSISTANT_TTS_END, {"url": media.url("answer.wav")}),
+                               (Ev.VOICE_ASSISTANT_RUN_END, {})):
+                client.send_voice_assistant_event(kind, data)
+            success = await asyncio.wait_for(finished, 60)
+            return {"conversation_id": conversation_id, "phrase": phrase, "heard": heard, "success": success}
+
+    try:
+        got = asyncio.run(home_assistant())
+    finally:
+        media.close()
+    assert got["phrase"] == "Okay Nabu" and got["success"]
+    assert "kitchen lights" in got["heard"].lower()  # what was streamed is the command
+    answers = list(out.glob("esphome-answer-*.wav"))
+    assert len(answers) == 1 and "kitchen lights are on" in spoken(whisper, answers[0])
+    watcher = listening["watcher"]
+    done = watcher.wait("edge/kitchen/announce/status",
+                        lambda d: d["state"] == "done" and d["id"].startswith("esphome-answer"))
+    assert done[0]["conversation_id"] == got["conversation_id"]  # the answer to the wake word's turn
+    heard = watcher.wait("edge/kitchen/transcript")
+    assert heard[0]["text"] == got["heard"] and heard[0]["source"] == "home-assistant"
