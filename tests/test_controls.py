@@ -70,7 +70,8 @@ def test_wake_words_round_trip_and_a_bad_list_only_loses_the_wake_words(
     store = ControlStore(tmp_path)
     store.save(ControlState(mic_muted=False, volume=0.5, wake_words=("hey_jarvis", "alexa")))
     assert store.load() == ControlState(mic_muted=False, volume=0.5, wake_words=("hey_jarvis", "alexa"))
-    for wake in ("[]", '"hey_jarvis"', "[1]", '[""]', '["x"]' .replace("x", "x" * 300), "[" + '"a",' * 16 + '"a"]'):
+    too_long, too_many = '["' + "x" * 300 + '"]', "[" + '"a",' * 16 + '"a"]'
+    for wake in ("[]", '"hey_jarvis"', "[1]", '[""]', too_long, too_many):
         store.path.write_text(f'{{"mic_muted": true, "volume": 0.5, "wake_words": {wake}}}')
         with caplog.at_level(logging.WARNING, logger="edge_agent.controls"):
             assert store.load() == ControlState(mic_muted=True, volume=0.5, wake_words=None), wake
