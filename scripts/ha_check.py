@@ -15,17 +15,16 @@ import asyncio
 import contextlib
 import http.server
 import json
-import math
 import os
 import re
 import shutil
 import socket
-import struct
 import subprocess
 import sys
 import threading
 import time
 import traceback
+import wave
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -52,14 +51,6 @@ async def until(predicate: Callable[[], Awaitable[Any]], timeout: float, what: s
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
         await asyncio.sleep(0.2)
-
-
-def tone_wav(path: Path, seconds: float = 0.6, rate: int = 22050) -> None:
-    n = int(seconds * rate)
-    pcm = b"".join(struct.pack("<h", int(9000 * math.sin(2 * math.pi * 440 * i / rate))) for i in range(n))
-    header = (b"RIFF" + struct.pack("<I", 36 + len(pcm)) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, rate,
-              rate * 2, 2, 16) + b"data" + struct.pack("<I", len(pcm)))
-    path.write_bytes(header + pcm)
 
 
 class Files:
@@ -238,7 +229,8 @@ logger:
         if status != 200:
             raise RuntimeError(f"{handler} flow: HTTP {status} {step}")
         while step.get("type") == "form":
-            status, step = await self.rest("POST", f"/api/config/config_entries/flow/{step['flow_id']}", answers)
+            path = f"/api/config/config_entries/flow/{step['flow_id']}"
+            status, step = await self.rest("POST", path, answers)
             if status != 200:
                 raise RuntimeError(f"{handler} flow: HTTP {status} {step}")
             if step.get("errors"):
@@ -251,10 +243,19 @@ logger:
         _, states = await self.rest("GET", "/api/states")
         return list(states)
 
-    async def entity(self, pattern: str, timeout: float = 30.0) -> dict[str, Any]:
-        async def find() -> dict[str, Any] | None:
-            return next((s for s in await self.states() if re.fullmatch(pattern, s["entity_id"])), None)
-        return dict(await until(find, timeout, f"an entity {pattern}"))
+    async def entity(self, platform: str, domain: str, unique: str = "", timeout: float = 60.0) -> str:
+        """The entity id of `platform`'s (the integration's) `domain` entity whose unique id contains
+        `unique`, once it has a state."""
+        async def find() -> str | None:
+            entries = await self.ws("config/entity_registry/list")
+            states = {s["entity_id"] for s in await self.states()}
+            for entry in entries:
+                entity_id = entry["entity_id"]
+                if (entry.get("platform") == platform and entity_id.startswith(f"{domain}.")
+                        and unique in (entry.get("unique_id") or "") and entity_id in states):
+                    return str(entity_id)
+            return None
+        return str(await until(find, timeout, f"a {platform} {domain} entity ({unique or 'any'})"))
 
     async def call(self, domain: str, service: str, data: dict[str, Any], timeout: float = 60) -> Any:
         status, body = await self.rest("POST", f"/api/services/{domain}/{service}", data, timeout=timeout)
@@ -279,23 +280,90 @@ logger:
             await self.session.close()
 
 
+class Microphone(threading.Thread):
+    """Feeds the device's FIFO microphone in real time: silence, and clips when asked."""
+
+    BLOCK_S = 0.02
+
+    def __init__(self, fifo: Path, rate: int) -> None:
+        super().__init__(daemon=True, name="ha-check-mic")
+        self.fifo = fifo
+        self.rate = rate
+        self._said: list[bytes] = []
+        self._lock = threading.Lock()
+        self._stop_event = threading.Event()
+
+    def say(self, pcm: bytes) -> None:
+        with self._lock:
+            self._said.append(pcm)
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            fd = os.open(self.fifo, os.O_WRONLY)  # returns once the device has opened its end
+            try:
+                self._feed(fd)
+            except BrokenPipeError:
+                continue  # the device closed its end (muted): open it again when it listens again
+            finally:
+                os.close(fd)
+
+    def _feed(self, fd: int) -> None:
+        block = int(self.rate * self.BLOCK_S) * 2
+        pending = b""
+        next_at = time.monotonic()
+        while not self._stop_event.is_set():
+            if not pending:
+                with self._lock:
+                    pending, self._said = b"".join(self._said), []
+            chunk, pending = (pending[:block], pending[block:]) if pending else (bytes(block), b"")
+            os.write(fd, chunk.ljust(block, b"\0"))
+            next_at += self.BLOCK_S
+            self._stop_event.wait(max(0.0, next_at - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z']+", text.lower()))
+
+
+def wav_frames(path: Path) -> tuple[bytes, int]:
+    with wave.open(str(path), "rb") as w:
+        return w.readframes(w.getnframes()), w.getframerate()
+
+
 class Check:
+    """The checks, in order; each records PASS or FAIL and the run goes on."""
+
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.work = Path(args.workdir)
         self.results: list[tuple[str, bool, float, str]] = []
+        (self.work / "media").mkdir(parents=True, exist_ok=True)
         self.files = Files(self.work / "media")
-        self.esphome_port = free_port()
+        self.ports = {name: free_port() for name in ("satellite", "services", "esphome")}
+        self.fifo = self.work / "mic.pcm"
+        os.mkfifo(self.fifo, 0o600)
+        host, port = args.broker.removeprefix("mqtt://").rsplit(":", 1)
+        self.broker = (host, int(port))
         self.device = Device(args.edge_agent, self.work, {
             "device": {"id": "kitchen"},
-            "mqtt": {"broker": args.broker},
-            "daemon": {"out_dir": str(self.work / "out")},
+            "mqtt": {"broker": args.broker, "ha_discovery": True},
+            "daemon": {"out_dir": str(self.work / "out"), "state_dir": str(self.work / "daemon")},
             "announcements": {"state_dir": str(self.work / "announcements")},
-            "audio": {"output": "null"},
-            "listen": {"mode": "off"},
-            "esphome": {"enabled": True, "host": "127.0.0.1", "port": self.esphome_port, "zeroconf": False},
+            "audio": {"output": "null", "input_pipe": str(self.fifo), "input_rate": 22050},
+            "asr": {"model": args.whisper},
+            "listen": {"mode": "wake"},
+            "wyoming": {"enabled": True, "uri": f"tcp://127.0.0.1:{self.ports['satellite']}",
+                        "services_uri": f"tcp://127.0.0.1:{self.ports['services']}", "zeroconf": False},
+            "esphome": {"enabled": True, "host": "127.0.0.1", "port": self.ports["esphome"],
+                        "zeroconf": False},
         })
+        self.mic = Microphone(self.fifo, 22050)
         self.hass = Hass(args.hass, self.work)
+        self.clips: dict[str, Path] = {}
+        self.status: dict[str, Any] = {}
 
     async def check(self, name: str, body: Callable[[], Awaitable[str | None]]) -> None:
         start = time.monotonic()
@@ -309,66 +377,300 @@ class Check:
             ok = False
         took = time.monotonic() - start
         self.results.append((name, ok, took, detail))
-        print(f"{'PASS' if ok else 'FAIL'} {name} ({took:.1f} s){': ' + detail if detail else ''}", flush=True)
+        said = f": {detail}" if detail else ""
+        print(f"{'PASS' if ok else 'FAIL'} {name} ({took:.1f} s){said}", flush=True)
+
+    # -- helpers ----------------------------------------------------------------------------
 
     def played(self, prefix: str) -> list[Path]:
         return sorted((self.work / "out").glob(f"{prefix}*.wav"))
 
-    # -- the checks -----------------------------------------------------------------------
+    async def new_wav(self, prefix: str, before: int, timeout: float = 60.0) -> Path:
+        async def arrived() -> Path | None:
+            found = self.played(prefix)
+            return found[-1] if len(found) > before else None
+        return Path(await until(arrived, timeout, f"a new {prefix}*.wav from the device"))
+
+    def edge(self, *args: str, timeout: float = 120) -> str:
+        done = subprocess.run([self.args.edge_agent, *args], capture_output=True, text=True, timeout=timeout,
+                              env=dict(os.environ, XDG_STATE_HOME=str(self.work / "cli-state")), check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"edge-agent {args[0]}: {done.stderr.strip()[-300:]}")
+        return done.stdout
+
+    async def heard(self, path: Path) -> str:
+        out = await asyncio.to_thread(self.edge, "transcribe", str(path), "--json", "--set",
+                                      f"asr.model={self.args.whisper}")
+        return " ".join(json.loads(line)["text"] for line in out.splitlines() if line.strip()).strip()
+
+    async def clip(self, text: str) -> Path:
+        """`text` in the device's own voice (noise off: the same samples every run)."""
+        if text not in self.clips:
+            path = self.work / "media" / f"clip-{len(self.clips)}.wav"
+            await asyncio.to_thread(self.edge, "say", text, "--local", "--out", str(path), "--set",
+                                    "tts.noise_scale=0", "--set", "tts.noise_w=0")
+            self.clips[text] = path
+        return self.clips[text]
+
+    async def say_to_device(self, text: str) -> None:
+        pcm, rate = wav_frames(await self.clip(text))
+        assert rate == 22050, rate
+        self.mic.say(bytes(int(0.3 * rate) * 2) + pcm)
+
+    def watch_status(self) -> None:
+        import paho.mqtt.client as mqtt
+
+        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="ha-check-watch")
+
+        def on_message(_c: Any, _u: Any, msg: Any) -> None:
+            with contextlib.suppress(ValueError):
+                self.status = json.loads(msg.payload)
+
+        client.on_message = on_message
+        client.on_connect = lambda c, *_: c.subscribe("edge/kitchen/status", qos=1)
+        client.connect(*self.broker)
+        client.loop_start()
+        self._watch = client
+
+    async def words_of(self, path: Path, *expected: str) -> str:
+        text = await self.heard(path)
+        low = text.lower()
+        missing = [w for w in expected if w not in low]
+        if missing:
+            raise AssertionError(f"heard {text!r}, missing {missing}")
+        return text
+
+    # -- Wyoming and MQTT ---------------------------------------------------------------------
+
+    async def integrations_added(self) -> str:
+        titles = []
+        for name in ("satellite", "services"):
+            entry = await self.hass.flow("wyoming", {"host": "127.0.0.1", "port": self.ports[name]})
+            titles.append(entry["title"])
+        host, port = self.broker
+        await self.hass.flow("mqtt", {"broker": host, "port": port})
+        entities = [await self.hass.entity(*which) for which in (
+            ("wyoming", "assist_satellite"), ("wyoming", "tts"), ("wyoming", "stt"), ("wyoming", "wake_word"),
+            ("mqtt", "notify"), ("mqtt", "number", "volume"), ("mqtt", "switch", "mic"))]
+        return f"wyoming {titles}, mqtt; " + ", ".join(entities)
+
+    async def pipeline(self) -> str:
+        tts = await self.hass.entity("wyoming", "tts")
+        stt = await self.hass.entity("wyoming", "stt")
+        created = await self.hass.ws(
+            "assist_pipeline/pipeline/create", conversation_engine="conversation.home_assistant",
+            conversation_language="en", language="en", name="edge-speech", stt_engine=stt,
+            stt_language="en", tts_engine=tts, tts_language="en_US", tts_voice=None,
+            wake_word_entity=None, wake_word_id=None)
+        await self.hass.ws("assist_pipeline/pipeline/set_preferred", pipeline_id=created["id"])
+        return f"{stt} -> conversation -> {tts}"
+
+    async def tts_and_stt(self) -> str:
+        tts = await self.hass.entity("wyoming", "tts")
+        status, got = await self.hass.rest("POST", "/api/tts_get_url", {
+            "engine_id": tts, "message": "The kitchen lights are on.", "language": "en_US"})
+        if status != 200:
+            raise AssertionError(f"tts_get_url: HTTP {status} {got}")
+        assert self.hass.session is not None
+        async with self.hass.session.get(got["url"], headers=self.hass.headers) as r:
+            r.raise_for_status()
+            (self.work / "tts.audio").write_bytes(await r.read())
+        await asyncio.to_thread(subprocess.run, ["ffmpeg", "-loglevel", "error", "-y", "-i",
+                                str(self.work / "tts.audio"), str(self.work / "tts.wav")], check=True)
+        spoken = await self.words_of(self.work / "tts.wav", "kitchen lights")
+        clip16 = self.work / "command16.wav"
+        command = await self.clip("Turn on the kitchen lights.")
+        await asyncio.to_thread(subprocess.run, ["ffmpeg", "-loglevel", "error", "-y", "-i", str(command),
+                                                 "-ar", "16000", "-ac", "1", str(clip16)], check=True)
+        stt = await self.hass.entity("wyoming", "stt")
+        status, body = await self.hass.rest(
+            "POST", f"/api/stt/{stt}", data=clip16.read_bytes(), headers={
+                "X-Speech-Content": "format=wav; codec=pcm; sample_rate=16000; bit_rate=16; channel=1; "
+                                    "language=en"})
+        if status != 200 or body.get("result") != "success" or "kitchen lights" not in body["text"].lower():
+            raise AssertionError(f"stt: HTTP {status} {body}")
+        return f"TTS heard as {spoken!r}; STT {body['text']!r}"
+
+    async def unknown_voice(self) -> str:
+        tts = await self.hass.entity("wyoming", "tts")
+        start = time.monotonic()
+        status, got = await self.hass.rest("POST", "/api/tts_get_url", {
+            "engine_id": tts, "message": "Hello there.", "language": "en_US",
+            "options": {"voice": "no-such-voice"}}, timeout=30)
+        if status == 200:
+            assert self.hass.session is not None
+            async with self.hass.session.get(got["url"], headers=self.hass.headers) as r:
+                status = r.status
+        took = time.monotonic() - start
+        if status < 400 or took >= 2.0:
+            raise AssertionError(f"HTTP {status} after {took:.2f} s (want a failure in < 2 s)")
+        return f"HTTP {status} in {took:.2f} s"
+
+    async def answered(self, prefix: str) -> str:
+        """Say a command after the wake word; the device must play the answer Home Assistant spoke."""
+        before = len(self.played(prefix))
+        runs_before = len(await self.pipeline_runs())
+        await self.say_to_device("Okay Nabu, turn on the kitchen lights.")
+        answer = await self.new_wav(prefix, before, 90)
+        runs = await self.pipeline_runs()
+        if len(runs) <= runs_before:
+            raise AssertionError("Home Assistant ran no pipeline")
+        heard_by_ha, said_by_ha = await self.pipeline_run(runs[-1])
+        if "kitchen" not in heard_by_ha.lower():
+            raise AssertionError(f"Home Assistant heard {heard_by_ha!r}")
+        played = await self.heard(answer)
+        said, got = words(said_by_ha), words(played)
+        if not said or len(said & got) < 0.6 * len(said):
+            raise AssertionError(f"Home Assistant said {said_by_ha!r}; the device played {played!r}")
+        return f"HA heard {heard_by_ha!r}, said {said_by_ha!r}; the device played {played!r}"
+
+    async def pipeline_runs(self) -> list[dict[str, Any]]:
+        pipeline = await self.hass.ws("assist_pipeline/pipeline/get")
+        listed = await self.hass.ws("assist_pipeline/pipeline_debug/list", pipeline_id=pipeline["id"])
+        return [dict(run, pipeline_id=pipeline["id"]) for run in listed["pipeline_runs"]]
+
+    async def pipeline_run(self, run: dict[str, Any]) -> tuple[str, str]:
+        """What Home Assistant heard and said in `run` (once its intent has ended)."""
+        async def ended() -> tuple[str, str] | None:
+            got = await self.hass.ws("assist_pipeline/pipeline_debug/get", pipeline_id=run["pipeline_id"],
+                                     pipeline_run_id=run["pipeline_run_id"])
+            heard = said = None
+            for event in got["events"]:
+                data = event.get("data") or {}
+                if event["type"] == "stt-end":
+                    heard = data["stt_output"]["text"]
+                elif event["type"] == "intent-end":
+                    said = data["intent_output"]["response"]["speech"]["plain"]["speech"]
+            return (heard, said) if heard is not None and said is not None else None
+        return tuple(await until(ended, 30, "the pipeline run's intent"))  # type: ignore[return-value]
+
+    async def wyoming_turn(self) -> str:
+        return await self.answered("ha-answer-")
+
+    async def wyoming_announce(self) -> str:
+        satellite = await self.hass.entity("wyoming", "assist_satellite")
+        before = len(self.played("ha-announce-"))
+        await self.hass.call("assist_satellite", "announce", {
+            "entity_id": satellite, "message": "Dinner is ready.", "preannounce": False})
+        wav = await self.new_wav("ha-announce-", before, 30)
+        return f"{satellite}: heard as {await self.words_of(wav, 'ready')!r}"
+
+    async def notify_once(self) -> str:
+        notify = await self.hass.entity("mqtt", "notify")
+        before = len(list((self.work / "out").glob("*.wav")))
+        await self.hass.call("notify", "send_message", {"entity_id": notify,
+                                                        "message": "The laundry is done."})
+        await self.device.logged(r"laundry|ha-\d", timeout=30)
+
+        async def spoken_once() -> bool:
+            return len(list((self.work / "out").glob("*.wav"))) == before + 1
+        await until(spoken_once, 30, "the notify message to be spoken")
+        return ""
+
+    async def mqtt_volume_and_mute(self) -> str:
+        volume = await self.hass.entity("mqtt", "number", "volume")
+        mute = await self.hass.entity("mqtt", "switch", "mic")
+        mark = len(self.device.log())
+        await self.hass.call("number", "set_value", {"entity_id": volume, "value": 0.55})
+        await self.device.logged(r"volume set to 0\.55", after=mark)
+        await self.hass.call("switch", "turn_on", {"entity_id": mute})
+        await self.device.logged(r"microphone muted", after=mark)
+        await self.hass.call("switch", "turn_off", {"entity_id": mute})
+        await self.device.logged(r"microphone unmuted", after=mark)
+        return ""
+
+    async def satellite_mute_in_step(self) -> str:
+        mute = await self.hass.entity("wyoming", "switch", "mute")
+        await self.hass.call("switch", "turn_on", {"entity_id": mute})
+        await self.hass.call("switch", "turn_off", {"entity_id": mute})
+
+        async def running() -> bool:
+            return bool(self.status.get("satellite", {}).get("connected"))
+        await until(running, 15, "the device status to say the satellite runs")
+        return await self.wyoming_announce()
+
+    async def restart(self) -> str:
+        await self.hass.stop()
+        await self.hass.start()
+        await self.hass.login()
+
+        async def back() -> list[str] | None:
+            states = {s["entity_id"]: s["state"] for s in await self.hass.states()}
+            wanted = [e for e in states if re.match(r"(assist_satellite|tts|stt|notify)\.", e)]
+            ready = [e for e in wanted if states[e] != "unavailable"]
+            return ready if len(ready) >= 4 and len(ready) == len(wanted) else None
+        ready = await until(back, 90, "the entities to come back after Home Assistant's restart")
+        return ", ".join(ready)
+
+    # -- the ESPHome API -----------------------------------------------------------------------
 
     async def esphome_added(self) -> str:
-        entry = await self.hass.flow("esphome", {"host": "127.0.0.1", "port": self.esphome_port})
-        satellite = await self.hass.entity(r"assist_satellite\..*kitchen.*")
-        await self.hass.entity(r"media_player\..*kitchen.*")
-        await self.hass.entity(r"switch\..*kitchen.*mute.*")
-        return f"entry {entry['title']!r}, {satellite['entity_id']} {satellite['state']}"
+        entry = await self.hass.flow("esphome", {"host": "127.0.0.1", "port": self.ports["esphome"]})
+        satellite = await self.hass.entity("esphome", "assist_satellite")
+        player = await self.hass.entity("esphome", "media_player")
+        mute = await self.hass.entity("esphome", "switch", "mute")
+        return f"entry {entry['title']!r}: {satellite}, {player}, {mute}"
+
+    async def esphome_turn(self) -> str:
+        return await self.answered("esphome-answer-")
 
     async def esphome_announce(self) -> str:
-        satellite = await self.hass.entity(r"assist_satellite\..*kitchen.*")
-        tone_wav(self.work / "media" / "notice.wav")
+        satellite = await self.hass.entity("esphome", "assist_satellite")
         before = len(self.played("esphome-announce-"))
         start = time.monotonic()
         await self.hass.call("assist_satellite", "announce", {
-            "entity_id": satellite["entity_id"], "media_id": self.files.url("notice.wav"), "preannounce": False})
+            "entity_id": satellite, "message": "Dinner is ready."})  # with the pre-announce chime
         took = time.monotonic() - start
-        after = self.played("esphome-announce-")
-        if len(after) != before + 1:
-            raise AssertionError(f"{len(after) - before} announcements written, not 1")
-        return f"played and finished in {took:.2f} s"
+        wav = await self.new_wav("esphome-announce-", before, 10)
+        return f"finished in {took:.2f} s, heard as {await self.words_of(wav, 'ready')!r}"
 
     async def esphome_volume_and_mute(self) -> str:
-        player = await self.hass.entity(r"media_player\..*kitchen.*")
-        mute = await self.hass.entity(r"switch\..*kitchen.*mute.*")
+        player = await self.hass.entity("esphome", "media_player")
+        mute = await self.hass.entity("esphome", "switch", "mute")
         mark = len(self.device.log())
-        await self.hass.call("media_player", "volume_set", {"entity_id": player["entity_id"],
+        await self.hass.call("media_player", "volume_set", {"entity_id": player,
                                                            "volume_level": 0.35})
         await self.device.logged(r"volume set to 0\.35", after=mark)
-        await self.hass.call("switch", "turn_on", {"entity_id": mute["entity_id"]})
+        await self.hass.call("switch", "turn_on", {"entity_id": mute})
         await self.device.logged(r"microphone muted", after=mark)
-
-        async def shown_on() -> bool:
-            return bool((await self.hass.entity(re.escape(mute["entity_id"])))["state"] == "on")
-
-        await until(shown_on, 10, "the mute switch to show on")
-        await self.hass.call("switch", "turn_off", {"entity_id": mute["entity_id"]})
+        await self.hass.call("switch", "turn_off", {"entity_id": mute})
         await self.device.logged(r"microphone unmuted", after=mark)
         return ""
 
     async def run(self) -> int:
-        (self.work / "media").mkdir(parents=True, exist_ok=True)
         try:
             self.device.start()
+            self.mic.start()
             await self.device.logged(r"esphome: API on", timeout=READY_S)
+            self.watch_status()
             await self.hass.start()
             await self.hass.onboard()
+            await self.check("wyoming (satellite, services) and mqtt added by their config flows",
+                             self.integrations_added)
+            await self.check("a pipeline with the device's speech to text and text to speech", self.pipeline)
+            await self.check("TTS through /api/tts_get_url and STT through /api/stt", self.tts_and_stt)
+            await self.check("a TTS request for an unknown voice fails in < 2 s", self.unknown_voice)
+            await self.check("wyoming satellite: a wake word to a spoken answer", self.wyoming_turn)
+            await self.check("wyoming satellite: assist_satellite.announce is played", self.wyoming_announce)
+            await self.check("mqtt: notify.send_message is spoken once", self.notify_once)
+            await self.check("mqtt: volume and mic mute from Home Assistant reach the device",
+                             self.mqtt_volume_and_mute)
+            await self.check("wyoming satellite: mute and unmute within 1 s leave both sides in step",
+                             self.satellite_mute_in_step)
             await self.check("esphome: added by its config flow, with its entities", self.esphome_added)
-            await self.check("esphome: assist_satellite.announce is played and finished", self.esphome_announce)
+            await self.check("esphome: a wake word to a spoken answer", self.esphome_turn)
+            await self.check("esphome: assist_satellite.announce is played and finished",
+                             self.esphome_announce)
             await self.check("esphome: volume and mute from Home Assistant reach the device",
                              self.esphome_volume_and_mute)
+            await self.check("a Home Assistant restart brings the entities back", self.restart)
         finally:
+            self.mic.stop()
             await self.hass.close()
             self.device.stop()
             self.files.close()
+            with contextlib.suppress(Exception):
+                self._watch.loop_stop()
         passed = sum(1 for r in self.results if r[1])
         failed = len(self.results) - passed
         if failed:
@@ -383,6 +685,7 @@ def main() -> int:
     parser.add_argument("--edge-agent", required=True, help="the project's `edge-agent` program")
     parser.add_argument("--broker", required=True, help="mqtt://HOST:PORT of a private mosquitto")
     parser.add_argument("--workdir", required=True)
+    parser.add_argument("--whisper", required=True, help="a Whisper export directory (asr.model)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     if not shutil.which(args.edge_agent) and not Path(args.edge_agent).exists():
