@@ -30,9 +30,7 @@ import socket
 import ssl
 import threading
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +43,12 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from edge_agent.atomic import atomic_write
 from edge_agent.config import MqttSettings, parse_uri
 from edge_agent.errors import ConfigError
-from edge_agent.logs import Throttle
 from edge_agent.metrics import Metrics
+from edge_agent.mqtt.outbox import Message, Outbox
+
+__all__ = ["Bridge", "InboundHandler", "Message", "Outbox", "first_reconnect_delay", "read_password",
+           "reconnect_delay", "tls_context"]
+"""`Message` and `Outbox` live in `outbox`; adapters take `Message` from here, with the bridge."""
 
 log = logging.getLogger(__name__)
 
@@ -73,124 +75,6 @@ def first_reconnect_delay(settings: MqttSettings, rng: random.Random | None = No
 
 
 _RNG = random.Random()
-
-
-KEEP_LEAST, KEEP, KEEP_MOST = 0, 1, 2
-"""What a full outbox drops first: a message of the lowest rank waiting (the oldest of them)."""
-
-
-@dataclass(frozen=True)
-class Message:
-    """One outbound message."""
-
-    topic: str
-    payload: bytes
-    qos: int = 1
-    retain: bool = False
-    coalesce: bool = False
-    """Only the newest queued message of this topic matters (a retained state); older ones
-    still waiting in the outbox are dropped when it is queued."""
-    key: str | None = None
-    """Messages of one topic and key say successive states of one thing (an announcement's
-    status): a newer one replaces a waiting older one of no higher rank."""
-    rank: int = KEEP_MOST
-    """How much losing it costs: KEEP_LEAST (metrics), KEEP (an intermediate state), KEEP_MOST
-    (a final state, a report). A full outbox drops the lowest rank first."""
-
-    @staticmethod
-    def json(topic: str, doc: dict[str, Any], *, qos: int = 1, retain: bool = False,
-             coalesce: bool = False, key: str | None = None, rank: int = KEEP_MOST) -> Message:
-        return Message(topic, json.dumps(doc, separators=(",", ":")).encode(), qos, retain, coalesce,
-                       key, rank)
-
-
-class Outbox:
-    """Messages waiting for the network thread, bounded.
-
-    A `coalesce` message replaces a queued one on the same topic, and a keyed one a
-    queued one with its key: only the latest state matters, so a long outage does not
-    fill the queue with heartbeats, and a flood of announcements costs one waiting
-    status per announcement, not one per state. When it is full anyway, the oldest
-    message of the lowest rank goes (metrics before intermediate states before final
-    ones), counted in `dropped` (and `dropped_final` for the last kind).
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.dropped = 0
-        self.dropped_final = 0
-        self.replaced = 0
-        self._items: OrderedDict[int, Message] = OrderedDict()
-        """Sequence number -> message, in sending order."""
-        self._ranks: tuple[deque[int], ...] = (deque(), deque(), deque())
-        """Sequence numbers per rank, oldest first; entries already sent are skipped lazily."""
-        self._keys: dict[tuple[str, str], int] = {}
-        self._next = 0
-        self._first = 0
-        self._lock = threading.Lock()
-        self._throttle = Throttle(10.0)
-
-    def put(self, message: Message) -> None:
-        with self._lock:
-            key = self._key(message)
-            if key is not None:
-                waiting = self._keys.get(key)
-                old = self._items.get(waiting) if waiting is not None else None
-                if old is not None and old.rank <= message.rank:
-                    del self._items[waiting]  # type: ignore[arg-type]
-                    self.replaced += 1
-            while len(self._items) >= self.limit:
-                self._drop_one()
-            seq = self._next
-            self._next += 1
-            self._add(seq, message, key)
-
-    def pop(self) -> Message | None:
-        with self._lock:
-            if not self._items:
-                return None
-            seq, message = self._items.popitem(last=False)
-            key = self._key(message)
-            if key is not None and self._keys.get(key) == seq:
-                del self._keys[key]
-            return message
-
-    def push_front(self, message: Message) -> None:
-        """Put back a message `pop` returned (it could not be handed to paho)."""
-        with self._lock:
-            self._first -= 1
-            self._add(self._first, message, self._key(message))
-            self._items.move_to_end(self._first, last=False)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._items)
-
-    @staticmethod
-    def _key(message: Message) -> tuple[str, str] | None:
-        if message.key is not None:
-            return (message.topic, message.key)
-        return (message.topic, "") if message.coalesce else None
-
-    def _add(self, seq: int, message: Message, key: tuple[str, str] | None) -> None:
-        self._items[seq] = message
-        self._ranks[min(max(message.rank, KEEP_LEAST), KEEP_MOST)].append(seq)
-        if key is not None:
-            self._keys[key] = seq
-
-    def _drop_one(self) -> None:
-        for order in self._ranks:
-            while order and order[0] not in self._items:
-                order.popleft()
-            if order:
-                lost = self._items.pop(order.popleft())
-                self.dropped += 1
-                if lost.rank >= KEEP_MOST:
-                    self.dropped_final += 1
-                if self._throttle.ready():
-                    log.warning("outbound queue full (%d): dropped a message to %s (%d dropped in all, "
-                                "%d of them final)", self.limit, lost.topic, self.dropped, self.dropped_final)
-                return
 
 
 def read_password(settings: MqttSettings) -> str:
@@ -226,7 +110,8 @@ class Bridge:
         self.settings = settings
         self.client_id = client_id
         self.endpoint = parse_uri(settings.broker, ("mqtt", "mqtts"))
-        self.outbox = Outbox(settings.outbound_queue)
+        self.outbox = Outbox(settings.outbound_max_bytes, max_age_s=settings.outbound_max_age_s,
+                             max_count=settings.outbound_queue)
         self.metrics = metrics or Metrics()
         self._on_message = on_message
         self._on_connect = on_connect
@@ -465,6 +350,7 @@ class Bridge:
         if self._connected.is_set():
             self._sync_subscriptions()
             self._drain()
+        self.outbox.report()
         sock = client.socket()
         if sock is None:
             return

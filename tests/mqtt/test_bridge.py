@@ -5,7 +5,7 @@ import sys
 import threading
 
 from edge_agent.config import MqttSettings
-from edge_agent.mqtt.bridge import Bridge, Message, Outbox, first_reconnect_delay, reconnect_delay
+from edge_agent.mqtt.bridge import Bridge, Message, first_reconnect_delay, reconnect_delay
 from edge_agent.mqtt.localbroker import LocalBroker, free_port
 from tests.mqtt_support import Producer, Watcher, wait_until
 
@@ -150,51 +150,6 @@ def test_the_will_marks_the_device_offline_when_the_connection_dies(broker, tmp_
                    what="the retained will")
     finally:
         watcher.close()
-
-
-def test_the_outbox_is_bounded_and_keeps_only_the_latest_heartbeat():
-    box = Outbox(3)
-    box.put(Message("status", b"online-1", retain=True, coalesce=True))
-    box.put(Message("a", b"1"))
-    box.put(Message("status", b"online-2", retain=True, coalesce=True))
-    box.put(Message("config/status", b"report-1", retain=True))
-    box.put(Message("config/status", b"report-2", retain=True))  # every report counts
-    assert [m.payload for m in _drain(box)] == [b"online-2", b"report-1", b"report-2"]
-    assert box.dropped == 1
-    for i in range(5):
-        box.put(Message("a", str(i).encode()))
-    assert [m.payload for m in _drain(box)] == [b"2", b"3", b"4"]
-    assert box.dropped == 3
-
-
-def test_a_full_outbox_drops_the_least_informative_and_keeps_one_status_per_id():
-    from edge_agent.mqtt.bridge import KEEP, KEEP_LEAST, KEEP_MOST
-
-    box = Outbox(4)
-
-    def status(ann_id, state, rank):
-        return Message("s", f"{ann_id}:{state}".encode(), key=ann_id, rank=rank)
-
-    box.put(Message("metrics", b"m1", qos=0, coalesce=True, rank=KEEP_LEAST))
-    box.put(status("a", "queued", KEEP))
-    box.put(status("b", "queued", KEEP))
-    box.put(status("a", "done", KEEP_MOST))  # replaces a's waiting "queued"
-    assert box.replaced == 1 and len(box) == 3
-    box.put(status("c", "rejected", KEEP_MOST))
-    box.put(status("d", "rejected", KEEP_MOST))  # full: the metrics go first
-    box.put(status("e", "rejected", KEEP_MOST))  # then the intermediate state of b
-    assert [m.payload for m in _drain(box)] == [b"a:done", b"c:rejected", b"d:rejected", b"e:rejected"]
-    assert (box.dropped, box.dropped_final) == (2, 0)
-    box.put(status("f", "done", KEEP_MOST))
-    box.put(status("f", "queued", KEEP))  # never replaces a final state with a lesser one
-    assert [m.payload for m in _drain(box)] == [b"f:done", b"f:queued"]
-
-
-def _drain(box):
-    out = []
-    while (m := box.pop()) is not None:
-        out.append(m)
-    return out
 
 
 def test_reconnect_delays_grow_with_jitter_and_stay_within_bounds():
