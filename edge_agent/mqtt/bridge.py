@@ -14,6 +14,10 @@ paho-mqtt is driven as an external event loop (`loop_read` / `loop_write` /
   it unacknowledged and the connection is dropped, so the broker delivers it
   again, after the same growing, jittered delay as a failed connect: a handler
   that keeps refusing costs a reconnect every `reconnect_max_s`, not a tight loop.
+  A handler that *raises* is a bug or a payload nobody foresaw, not a full disk:
+  such a message is retried the same way, but after `_HANDLER_ATTEMPTS` deliveries it
+  is acknowledged and dropped (counted in `mqtt_inbound_dropped`, logged once), so
+  one poison message cannot stop every message behind it.
 
 The session is persistent (stable client id, `clean_start=False`, session expiry
 > 0): announcements published while the device is down wait in the broker.
@@ -22,6 +26,7 @@ The session is persistent (stable client id, `clean_start=False`, session expiry
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import random
@@ -30,6 +35,7 @@ import socket
 import ssl
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,6 +63,12 @@ InboundHandler = Callable[[str, bytes, bool], bool]
 
 _INFLIGHT = 20
 """QoS 1 messages handed to paho and not yet acknowledged by the broker."""
+
+_HANDLER_ATTEMPTS = 3
+"""Deliveries of one message whose handler raised before it is acknowledged and dropped."""
+
+_FAILURES_REMEMBERED = 64
+"""Messages whose handler raised, remembered (by topic and payload hash) to count attempts."""
 
 _FLUSH_BEFORE_DROP_S = 1.0
 """Longest a connection dropped for a refused message stays up to send what is queued."""
@@ -128,6 +140,8 @@ class Bridge:
         self._drop = False
         self._refusals = 0
         """Messages the handler refused in a row; each drop waits longer before reconnecting."""
+        self._failures: OrderedDict[tuple[str, bytes], int] = OrderedDict()
+        """(topic, payload hash) -> deliveries whose handler raised, the most recent last."""
         self._hold_until = 0.0
         self._drop_by = 0.0
         self._final: list[Message] = []
@@ -266,13 +280,15 @@ class Bridge:
             # This connection is being dropped for a refused message: the rest of what arrives
             # on it stays unacknowledged and comes again with the redelivery.
             return
+        payload = bytes(message.payload)
         try:
-            ok = self._on_message(message.topic, bytes(message.payload), bool(message.retain))
+            ok = self._on_message(message.topic, payload, bool(message.retain))
         except Exception:
-            log.exception("inbound handler failed on %s", message.topic)
-            ok = False
+            ok = self._handler_raised(message.topic, payload)
         if ok:
             self._refusals = 0
+            if self._failures:  # it went through after all
+                self._failures.pop((message.topic, hashlib.sha256(payload).digest()), None)
             if message.qos > 0:
                 client.ack(message.mid, message.qos)
         else:
@@ -282,6 +298,23 @@ class Bridge:
             # What we have to say (a status saying why we refuse, PUBACKs owed to us) goes out
             # before the drop, else a refusal right after each CONNACK would keep the device mute.
             self._drop_by = time.monotonic() + _FLUSH_BEFORE_DROP_S
+
+    def _handler_raised(self, topic: str, payload: bytes) -> bool:
+        """Count a delivery whose handler raised; True once it has had its attempts (give it up)."""
+        key = (topic, hashlib.sha256(payload).digest())
+        attempts = self._failures.pop(key, 0) + 1
+        if attempts == 1:
+            log.exception("inbound handler failed on a message to %s (%d bytes); it is delivered "
+                          "again, at most %d times in all", topic, len(payload), _HANDLER_ATTEMPTS)
+        if attempts < _HANDLER_ATTEMPTS:
+            self._failures[key] = attempts
+            while len(self._failures) > _FAILURES_REMEMBERED:
+                self._failures.popitem(last=False)
+            return False
+        self.metrics.inc("mqtt_inbound_dropped")
+        log.error("inbound message to %s (%d bytes) dropped: its handler failed on %d deliveries",
+                  topic, len(payload), attempts)
+        return True
 
     def _published_cb(self, client: mqtt.Client, userdata: Any, mid: int, reason: Any,
                       props: Any) -> None:

@@ -216,3 +216,37 @@ def test_subscriptions_dropped_from_the_desired_set_are_removed(broker, tmp_path
         assert b"stale" not in inbox.payloads()
     finally:
         bridge.stop()
+
+
+def test_a_message_whose_handler_keeps_raising_is_dropped_after_its_attempts_and_the_rest_flows(
+        broker, caplog):
+    """Defence in depth: a handler that raises (a bug, a payload nobody foresaw) is not a full
+    disk. The message is delivered again a bounded number of times, then acknowledged and
+    dropped, counted and logged once; what was published after it is handled."""
+    from edge_agent.mqtt import bridge as bridge_module
+
+    def handler(n):
+        if inbox.items[-1][1] == b"poison":
+            raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
+        return True
+
+    inbox = Inbox(accept=handler)
+    bridge = make_bridge(broker.url, inbox)
+    producer = Producer(broker.url)
+    try:
+        producer.publish("edge/dev/announce", b"poison")
+        producer.publish("edge/dev/announce", b"next")
+        wait_until(lambda: b"next" in inbox.payloads(), what="the message after the poison")
+        counters = bridge.metrics.snapshot()["counters"]
+        assert inbox.payloads().count(b"poison") == bridge_module._HANDLER_ATTEMPTS
+        assert counters["mqtt_inbound_dropped"] == 1
+        assert counters["mqtt_connects"] == bridge_module._HANDLER_ATTEMPTS  # one redelivery each
+        producer.publish("edge/dev/announce", b"later")
+        wait_until(lambda: b"later" in inbox.payloads(), what="a later message")
+        assert inbox.payloads().count(b"poison") == bridge_module._HANDLER_ATTEMPTS  # never again
+        lines = [r.getMessage() for r in caplog.records if r.name == "edge_agent.mqtt.bridge"]
+        assert sum("inbound handler failed" in line for line in lines) == 1
+        assert sum("dropped: its handler failed on 3 deliveries" in line for line in lines) == 1
+    finally:
+        producer.close()
+        bridge.stop()
