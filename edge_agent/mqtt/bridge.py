@@ -9,6 +9,10 @@ paho-mqtt is driven as an external event loop (`loop_read` / `loop_write` /
 - reconnecting is ours: delays grow from `reconnect_min_s` to `reconnect_max_s`
   with random jitter (paho's own backoff has none, so a fleet would hammer a
   restarted broker in lock-step);
+- inbound messages are read ahead of the handler (up to `_READ_AHEAD_BYTES`) and
+  handled in order between reads, so the broker's acknowledgements of what we
+  publish, which wait in the same TCP stream behind its messages to us, are seen
+  at once and a flood of announcements does not hold up their statuses;
 - an inbound QoS 1 message is acknowledged only after the handler has made it
   durable (`manual_ack`); a handler that cannot persist it (a full disk) leaves
   it unacknowledged and the connection is dropped, so the broker delivers it
@@ -35,8 +39,9 @@ import socket
 import ssl
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +75,15 @@ _HANDLER_ATTEMPTS = 3
 _FAILURES_REMEMBERED = 64
 """Messages whose handler raised, remembered (by topic and payload hash) to count attempts."""
 
+_READ_AHEAD_BYTES = 1 << 20
+"""Messages read but not yet handled (and not acknowledged) stop the reading at this many bytes."""
+
+_READS_PER_STEP = 64
+"""Most `loop_read` calls in one turn of the loop (each reads as many packets as paho has in flight)."""
+
+_HANDLE_SLICE_S = 0.05
+"""Messages read ahead are handled in slices this long, the socket served between them."""
+
 _FLUSH_BEFORE_DROP_S = 1.0
 """Longest a connection dropped for a refused message stays up to send what is queued."""
 
@@ -87,6 +101,32 @@ def first_reconnect_delay(settings: MqttSettings, rng: random.Random | None = No
 
 
 _RNG = random.Random()
+
+
+@dataclass(frozen=True)
+class _Inbound:
+    """A message read and not yet handled."""
+
+    topic: str
+    payload: bytes
+    retain: bool
+    mid: int
+    qos: int
+
+    @property
+    def cost(self) -> int:
+        return len(self.topic) + len(self.payload)
+
+
+def _readable(sock: Any) -> bool:
+    """Bytes wait on `sock` (for TLS, decrypted ones too)."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return bool(readable)
 
 
 def read_password(settings: MqttSettings) -> str:
@@ -140,6 +180,11 @@ class Bridge:
         self._drop = False
         self._refusals = 0
         """Messages the handler refused in a row; each drop waits longer before reconnecting."""
+        self._window = _INFLIGHT
+        """QoS 1 messages we may have in flight on this connection."""
+        self._inbound: deque[_Inbound] = deque()
+        """Messages read and not yet handled (nor acknowledged), oldest first."""
+        self._inbound_bytes = 0
         self._failures: OrderedDict[tuple[str, bytes], int] = OrderedDict()
         """(topic, payload hash) -> deliveries whose handler raised, the most recent last."""
         self._hold_until = 0.0
@@ -246,7 +291,10 @@ class Bridge:
                           self._attempts, reason)
             return
         self._attempts = 0
+        # The broker's Receive Maximum bounds what we may have in flight (paho ignores it).
+        self._window = max(1, min(_INFLIGHT, int(getattr(props, "ReceiveMaximum", _INFLIGHT))))
         self._drop = False  # a drop owed on the old connection is moot
+        self._forget_inbound()  # its packet ids meant nothing on the old one; the broker resends
         self._connected.set()
         self.metrics.inc("mqtt_connects")
         log.info("connected to %s as %s (session %s)", self.settings.broker, self.client_id,
@@ -265,6 +313,7 @@ class Bridge:
     def _disconnected_cb(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any,
                          props: Any) -> None:
         # paho can report one disconnect twice (#870): count transitions, not calls.
+        self._forget_inbound()  # unacknowledged: the broker delivers it again on the next connection
         if self._connected.is_set():
             self._connected.clear()
             self.metrics.inc("mqtt_disconnects")
@@ -280,24 +329,37 @@ class Bridge:
             # This connection is being dropped for a refused message: the rest of what arrives
             # on it stays unacknowledged and comes again with the redelivery.
             return
-        payload = bytes(message.payload)
+        inbound = _Inbound(message.topic, bytes(message.payload), bool(message.retain), message.mid,
+                           message.qos)
+        self._inbound.append(inbound)
+        self._inbound_bytes += inbound.cost
+
+    def _handle(self, message: _Inbound) -> None:
+        """Carry out one message read ahead; acknowledge it once the handler says it is stored."""
         try:
-            ok = self._on_message(message.topic, payload, bool(message.retain))
+            ok = self._on_message(message.topic, message.payload, message.retain)
         except Exception:
-            ok = self._handler_raised(message.topic, payload)
+            ok = self._handler_raised(message.topic, message.payload)
         if ok:
             self._refusals = 0
             if self._failures:  # it went through after all
-                self._failures.pop((message.topic, hashlib.sha256(payload).digest()), None)
+                self._failures.pop((message.topic, hashlib.sha256(message.payload).digest()), None)
             if message.qos > 0:
-                client.ack(message.mid, message.qos)
+                self._client.ack(message.mid, message.qos)
         else:
-            # Not acknowledged: reconnect (after a back-off) so the broker delivers it again.
+            # Not acknowledged: reconnect (after a back-off) so the broker delivers it again,
+            # with everything read after it.
+            self._forget_inbound()
             self._refusals += 1
             self._drop = True
             # What we have to say (a status saying why we refuse, PUBACKs owed to us) goes out
             # before the drop, else a refusal right after each CONNACK would keep the device mute.
             self._drop_by = time.monotonic() + _FLUSH_BEFORE_DROP_S
+
+    def _forget_inbound(self) -> None:
+        """Drop what was read and not handled: unacknowledged, the broker delivers it again."""
+        self._inbound.clear()
+        self._inbound_bytes = 0
 
     def _handler_raised(self, topic: str, payload: bytes) -> bool:
         """Count a delivery whose handler raised; True once it has had its attempts (give it up)."""
@@ -380,26 +442,29 @@ class Bridge:
 
     def _step(self, timeout: float) -> None:
         client = self._client
-        if self._connected.is_set():
-            self._sync_subscriptions()
-            self._drain()
+        self._send_pending()
         self.outbox.report()
         sock = client.socket()
         if sock is None:
             return
-        pending = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
+        reading = self._inbound_bytes < _READ_AHEAD_BYTES
+        pending = sock.pending() if isinstance(sock, ssl.SSLSocket) and reading else 0
+        handling = bool(self._inbound) and not self._stopping.is_set()
         wlist = [sock] if client.want_write() else []
+        rlist = [sock, self._wake_r] if reading else [self._wake_r]
         try:
-            readable, writable, _ = select.select([sock, self._wake_r], wlist, [], 0 if pending else timeout)
+            readable, writable, _ = select.select(rlist, wlist, [], 0 if pending or handling else timeout)
         except (OSError, ValueError):
             readable, writable = [sock], []
         if self._wake_r in readable:
             with contextlib.suppress(BlockingIOError):
                 self._wake_r.recv(4096)
         if sock in readable or pending:
-            client.loop_read()
+            self._read(sock)
         if client.socket() is not None and (sock in writable or client.want_write()):
             client.loop_write()
+        if handling and client.socket() is not None:
+            self._handle_some(sock)
         if client.socket() is not None:
             client.loop_misc()
         if (client.socket() is not None and not self._connected.is_set()
@@ -416,6 +481,48 @@ class Bridge:
             self._close_socket()  # reads to EOF: nothing more arrives on this connection
             self._drop = False
 
+    def _read(self, sock: Any) -> None:
+        """Read what the broker has sent, up to `_READ_AHEAD_BYTES` of messages not yet handled.
+
+        Reading ahead of the handler is what keeps statuses flowing under a flood. Our
+        PUBACKs come in the one TCP stream behind the messages the broker sends us, and
+        the broker does not keep that backlog short (mosquitto 2.0.11 sends past the
+        receive maximum once we publish QoS 1 ourselves): handled one by one at journal
+        speed, 2000 announcements kept the send window full for the whole flood and their
+        statuses waited behind it. Read ahead, each PUBACK is seen at once and frees its
+        place in the window, while the messages wait, unacknowledged, for the handler.
+        """
+        client = self._client
+        for _ in range(_READS_PER_STEP):
+            client.loop_read()
+            if client.socket() is None:
+                return
+            self._send_pending()  # acknowledgements just read free places in the send window
+            if client.want_write():
+                client.loop_write()
+            if self._inbound_bytes >= _READ_AHEAD_BYTES or not _readable(sock):
+                return
+
+    def _handle_some(self, sock: Any) -> None:
+        """Handle messages read ahead for up to `_HANDLE_SLICE_S`, then let the loop do the rest.
+
+        Between two messages, acknowledgements that came in are read and their places in
+        the send window refilled: a window's round trip costs one handler call, not a slice."""
+        deadline = time.monotonic() + _HANDLE_SLICE_S
+        while self._inbound and not self._drop and self._client.socket() is not None:
+            message = self._inbound.popleft()
+            self._inbound_bytes -= message.cost
+            self._handle(message)
+            if self._client.socket() is None:
+                return
+            self._send_pending()  # statuses the handler queued
+            if self._client.want_write():
+                self._client.loop_write()  # the acknowledgement and those statuses
+            if time.monotonic() >= deadline:
+                return
+            if self._inbound_bytes < _READ_AHEAD_BYTES and _readable(sock):
+                self._read(sock)
+
     def _close_socket(self) -> None:
         # A broken connection, not a clean DISCONNECT: the broker keeps our session (and
         # the unacknowledged messages in it) and, if it notices, publishes the will.
@@ -430,8 +537,14 @@ class Bridge:
             if self._client.socket() is None:
                 break
 
+    def _send_pending(self) -> None:
+        """Once connected: subscriptions first (what the device hears), then the outbox."""
+        if self._connected.is_set():
+            self._sync_subscriptions()
+            self._drain()
+
     def _drain(self) -> None:
-        while len(self._unacked) < _INFLIGHT:
+        while len(self._unacked) < self._window:
             message = self.outbox.pop()
             if message is None:
                 return

@@ -250,3 +250,78 @@ def test_a_message_whose_handler_keeps_raising_is_dropped_after_its_attempts_and
     finally:
         producer.close()
         bridge.stop()
+
+
+def test_with_a_tiny_byte_bound_every_drop_is_counted_and_the_log_says_how_many(
+        broker, caplog, monkeypatch):
+    """100 first statuses published while the broker is away overflow a 4 KiB outbox. None pushes
+    out another id's (the first ones stay, the later ones are dropped as they come); what arrives
+    once the broker is back plus the counter is all 100, and the warnings add up to the counter."""
+    from edge_agent.mqtt import outbox as outbox_module
+
+    monkeypatch.setattr(outbox_module, "LOG_EVERY_S", 0.2)
+    watcher = Watcher(broker.url, "edge/dev/announce/status", client_id="watcher")
+    broker.save()
+    broker.kill()
+    s = MqttSettings(broker=broker.url, reconnect_min_s=0.05, reconnect_max_s=0.5, outbound_max_bytes=4096)
+    bridge = Bridge(s, "dev", will=Message("edge/dev/status", b"offline", 1, True), on_message=Inbox())
+    ids = [f"a{i:03d}" for i in range(100)]
+    try:
+        bridge.start()
+        with caplog.at_level("WARNING", logger="edge_agent.mqtt.outbox"):
+            for ann_id in ids:
+                bridge.publish(Message.json("edge/dev/announce/status", {"id": ann_id, "state": "rejected"},
+                                            key=ann_id))
+            dropped = bridge.outbox.dropped
+            broker.start()
+            assert bridge.wait_connected(60)
+            wait_until(lambda: len(watcher.messages) == 100 - dropped, what="the statuses kept")
+
+            def logged():
+                lines = [r.getMessage() for r in caplog.records
+                         if r.getMessage().startswith("outbound messages dropped: ")]
+                return sum(int(line.split()[3]) for line in lines)
+
+            wait_until(lambda: logged() == dropped, what="warnings that add up to the drops")
+        assert 80 < dropped < 100 and bridge.outbox.dropped_final == dropped
+        assert [m.json()["id"] for m in watcher.messages] == ids[:100 - dropped]
+    finally:
+        bridge.stop()
+        watcher.close()
+
+
+def test_the_send_window_is_the_brokers_receive_maximum(tmp_path):
+    """A broker that takes 5 unacknowledged messages at a time (its CONNACK says so) is sent at
+    most 5 at once (paho would send 20); everything still arrives, in order."""
+    with LocalBroker(tmp_path / "small", persistence=False, extra="max_inflight_messages 5") as small:
+        watcher = Watcher(small.url, "edge/dev/out")
+        bridge = make_bridge(small.url, Inbox())
+        try:
+            assert bridge._window == 5
+            for i in range(50):
+                bridge.publish(Message("edge/dev/out", f"m{i}".encode()))
+            wait_until(lambda: len(watcher.messages) == 50, what="all 50 messages")
+            assert [m.payload for m in watcher.messages] == [f"m{i}".encode() for i in range(50)]
+        finally:
+            bridge.stop()
+            watcher.close()
+
+
+def test_messages_read_ahead_of_a_refused_one_are_left_for_the_redelivery_in_order(broker):
+    """Messages read ahead wait unacknowledged: when one is refused (a full disk), those read after
+    it are not handled on that connection; the redelivery brings them all, and each is accepted
+    once, in the order published."""
+    inbox = Inbox(accept=lambda n: n != 2)  # the second delivery is refused, once
+    bridge = make_bridge(broker.url, inbox)
+    producer = Producer(broker.url)
+    try:
+        infos = [producer.publish("edge/dev/announce", f"m{i}".encode(), wait=False) for i in range(5)]
+        for info in infos:
+            info.wait_for_publish(timeout=30)
+        wait_until(lambda: len(inbox.payloads()) >= 6, what="the refused one and the rest redelivered")
+        calls = inbox.payloads()
+        accepted = [p for n, p in enumerate(calls, 1) if n != 2]
+        assert calls[1] == b"m1" and accepted == [f"m{i}".encode() for i in range(5)]
+    finally:
+        producer.close()
+        bridge.stop()
