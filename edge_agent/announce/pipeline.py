@@ -96,6 +96,7 @@ class Announcer:
         """The opposite of `busy`, for `wait_idle`; see the module's invariant."""
         self._idle.set()
         self._reject_log = Throttle(1.0)
+        self._crash_log = Throttle(60.0)
         self.last_spoke = float("-inf")
         """`time.monotonic()` when speech last ended."""
         self.current: Announcement | None = None
@@ -212,7 +213,8 @@ class Announcer:
             self._rejected(exc, source)
             return True
         except Exception as exc:  # the checks are pure: whatever they raise is the payload's doing
-            log.exception("announcement checks failed on a payload", extra={"topic": source})
+            if self._crash_log.ready():  # a traceback is worth having once, not once per message
+                log.exception("announcement checks failed on a payload", extra={"topic": source})
             self._reject(_id_of(request), f"payload could not be checked ({type(exc).__name__})", source)
             return True
         return self._accept(ann, speaking.settings, source)

@@ -114,3 +114,12 @@ def test_a_message_put_back_keeps_its_place_and_its_age():
     clock.now = 11
     assert drain(box) == []  # both older than 10 s, the one put back too
     assert box.expired == 2
+
+
+def test_an_optional_count_limit_applies_besides_the_bytes():
+    box = Outbox(1 << 20, max_count=2)
+    assert box.put(status("a", "queued", KEEP))
+    assert box.put(status("b", "queued"))
+    assert box.put(status("c", "queued"))  # the intermediate state of a goes
+    assert not box.put(status("d", "queued"))  # nothing below it: d itself is dropped
+    assert drain(box) == [b"b:queued", b"c:queued"] and box.dropped == 2
