@@ -598,6 +598,7 @@ class Bridge:
                 self._step(0.05)
         self._close_socket_quietly()
         self._connected.clear()
+        self.outbox.report(final=True)
 
     def _close_socket_quietly(self) -> None:
         sock = self._client.socket()

@@ -154,11 +154,12 @@ class Outbox:
             self._add(self._first, _Waiting(message, since))
             self._items.move_to_end(self._first, last=False)
 
-    def report(self) -> None:
-        """Log drops not yet logged, if the last line is old enough (called by the network thread)."""
+    def report(self, *, final: bool = False) -> None:
+        """Log drops not yet logged if the last line is old enough (called by the network thread),
+        or at once when `final` (shutting down: nothing is left unsaid)."""
         with self._lock:
             if self._unlogged:
-                self._log(self._clock())
+                self._log(float("inf") if final else self._clock())
 
     def __len__(self) -> int:
         with self._lock:

@@ -100,7 +100,11 @@ def test_every_drop_is_counted_and_the_rate_limited_log_carries_the_real_count(c
         lines = [r.getMessage() for r in caplog.records]
         assert len(lines) == 2 and lines[1].startswith("outbound messages dropped: 987 since the last line")
         assert "(988 dropped in all, 988 of them first or final states" in lines[1]
-    assert box.dropped == 988 and drain(box) == [b"a:queued"]
+        assert not box.put(status("r988", "rejected"))
+        box.report(final=True)  # shutting down: the count goes out now
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == 3 and lines[2].startswith("outbound messages dropped: 1 since the last line")
+    assert box.dropped == 989 and drain(box) == [b"a:queued"]
 
 
 def test_a_message_put_back_keeps_its_place_and_its_age():
