@@ -421,6 +421,7 @@ class Bridge:
 
     def _try_connect(self) -> bool:
         self._attempts += 1
+        self._forget_inbound()  # read on a connection that is gone: its packet ids mean nothing now
         try:
             rc = self._client.reconnect()
         except (OSError, ValueError) as exc:
@@ -449,7 +450,7 @@ class Bridge:
             return
         reading = self._inbound_bytes < _READ_AHEAD_BYTES
         pending = sock.pending() if isinstance(sock, ssl.SSLSocket) and reading else 0
-        handling = bool(self._inbound) and not self._stopping.is_set()
+        handling = bool(self._inbound) and self._connected.is_set() and not self._stopping.is_set()
         wlist = [sock] if client.want_write() else []
         rlist = [sock, self._wake_r] if reading else [self._wake_r]
         try:
@@ -509,7 +510,7 @@ class Bridge:
         Between two messages, acknowledgements that came in are read and their places in
         the send window refilled: a window's round trip costs one handler call, not a slice."""
         deadline = time.monotonic() + _HANDLE_SLICE_S
-        while self._inbound and not self._drop and self._client.socket() is not None:
+        while self._inbound and not self._drop and self._connected.is_set():
             message = self._inbound.popleft()
             self._inbound_bytes -= message.cost
             self._handle(message)
