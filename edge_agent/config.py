@@ -418,8 +418,16 @@ class MqttSettings:
     reconnect_max_s: float = 30.0
     """Reconnect delays grow from min to max with random jitter, so a fleet does not
     reconnect in lock-step after a broker restart."""
-    outbound_queue: int = 1000
-    """Most messages waiting to be sent while the broker is unreachable; the oldest are dropped."""
+    outbound_max_bytes: int = 4194304
+    """Most bytes of messages waiting to be sent (topic, payload and 256 bytes of bookkeeping
+    each): about 13,000 announcement statuses. Over it, metrics and intermediate states go
+    first; an announcement's first and final statuses are never pushed out by other messages."""
+    outbound_max_age_s: float = 86400.0
+    """A message not sent within this long (the broker unreachable) is dropped rather than sent
+    late; retained states are kept (the newest of each wins). 0: no age limit."""
+    outbound_queue: int = 0
+    """Most messages waiting, besides `outbound_max_bytes`; 0 (the default): no count limit. A
+    count is a poor bound: a burst of small statuses exhausts it while costing little."""
     heartbeat_s: float = 30.0
     """How often the retained `online` status is refreshed."""
     max_packet_bytes: int = 16777216
@@ -449,8 +457,12 @@ class MqttSettings:
             raise ValueError("session_expiry_s: must be more than 0 (0 drops the session at disconnect)")
         if not 0 < self.reconnect_min_s <= self.reconnect_max_s:
             raise ValueError("reconnect_min_s and reconnect_max_s: need 0 < min <= max")
-        if self.outbound_queue < 1:
-            raise ValueError(f"outbound_queue: {self.outbound_queue} is below 1")
+        if self.outbound_queue < 0:
+            raise ValueError(f"outbound_queue: {self.outbound_queue} is below 0")
+        if self.outbound_max_bytes < 4096:
+            raise ValueError(f"outbound_max_bytes: {self.outbound_max_bytes} is below 4096")
+        if not 0 <= self.outbound_max_age_s < float("inf"):
+            raise ValueError(f"outbound_max_age_s: {self.outbound_max_age_s} is not 0 or more seconds")
         if self.heartbeat_s <= 0:
             raise ValueError(f"heartbeat_s: {self.heartbeat_s} must be positive")
         if self.max_packet_bytes < 65536:

@@ -59,7 +59,6 @@ from typing import TYPE_CHECKING, Any
 
 from edge_agent import __version__
 from edge_agent.announce.journal import Journal
-from edge_agent.announce.message import FINAL_STATES
 from edge_agent.announce.pipeline import Announcer, Speaking
 from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, play_chime, remove_partials
 from edge_agent.asr.whisper import resolve_export_dir
@@ -85,7 +84,8 @@ from edge_agent.listen.hearing import (
 from edge_agent.listen.remote import RemoteTurns
 from edge_agent.metrics import Metrics
 from edge_agent.models import ModelStore, load_catalog
-from edge_agent.mqtt.bridge import KEEP, KEEP_LEAST, KEEP_MOST, Bridge, Message
+from edge_agent.mqtt.bridge import Bridge
+from edge_agent.mqtt.outbox import KEEP, KEEP_LEAST, KEEP_MOST, Message
 from edge_agent.mqtt.topics import Topics
 from edge_agent.offload.router import make_synthesizer
 from edge_agent.providers import for_use
@@ -356,12 +356,14 @@ class Daemon:
             self._publish(self._status_message("online"))
 
     def _publish_announce_status(self, doc: dict[str, Any]) -> None:
-        # One waiting status per id (the newest); under a flood, final ones are the last dropped.
-        final = doc["state"] in (*FINAL_STATES, "rejected")
+        # One waiting status per id (the newest). An id's first status (queued, rejected, a
+        # duplicate's answer) and its final one are never pushed out by another id's: only
+        # `speaking` and a resumed `queued` say nothing the producer cannot do without.
+        later = doc["state"] == "speaking" or (doc["state"] == "queued" and "resume" in doc)
         ann_id = doc.get("id")
         self._publish(Message.json(self.topics.announce_status, doc, qos=1,
                                    key=ann_id if isinstance(ann_id, str) else None,
-                                   rank=KEEP_MOST if final else KEEP))
+                                   rank=KEEP if later else KEEP_MOST))
 
     def _publish_config_status(self, report: Report) -> None:
         self._publish(Message.json(self.topics.config_status, report.to_json(), qos=1, retain=True))
@@ -397,6 +399,8 @@ class Daemon:
             self.metrics.set("mqtt_outbound_dropped", self.bridge.outbox.dropped)
             self.metrics.set("mqtt_outbound_dropped_final", self.bridge.outbox.dropped_final)
             self.metrics.set("mqtt_outbound_replaced", self.bridge.outbox.replaced)
+            self.metrics.set("mqtt_outbound_expired", self.bridge.outbox.expired)
+            self.metrics.set("mqtt_outbound_bytes", self.bridge.outbox.bytes)
         doc = {"ts": round(time.time(), 3), **self.metrics.snapshot()}
         self._publish(Message.json(self.topics.metrics, doc, qos=0, coalesce=True, rank=KEEP_LEAST))
 

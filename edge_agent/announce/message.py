@@ -200,13 +200,26 @@ def check_audio(samples: Samples, sample_rate: int, *, ann_id: str, text: str, p
     return ann, audio
 
 
+def loads(data: bytes | str) -> Any:
+    """JSON from an untrusted producer, as the announcement checks want it.
+
+    NaN and Infinity are refused (ValueError). An integer literal longer than Python
+    converts (4300 digits) decodes as a float (infinite), so the field holding it is
+    rejected by its check with the announcement's id, instead of the whole payload
+    failing to decode, or, where a caller forgot that `int()` raises ValueError here,
+    the message failing for ever. Raises ValueError (UnicodeDecodeError and
+    JSONDecodeError included) or RecursionError on what is not JSON.
+    """
+    return json.loads(data, parse_constant=_no_constants, parse_int=_int_or_float)
+
+
 def _decode(payload: bytes) -> dict[str, Any]:
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Rejected(f"payload is not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        doc = json.loads(text, parse_constant=_no_constants)
+        doc = loads(text)
     except json.JSONDecodeError as exc:
         raise Rejected(f"invalid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
     except (RecursionError, ValueError) as exc:
@@ -220,8 +233,21 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not allowed")
 
 
+def _int_or_float(digits: str) -> int | float:
+    try:
+        return int(digits)
+    except ValueError:  # past sys.get_int_max_str_digits(): no field takes such a number anyway
+        return float(digits)
+
+
 def _finite_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """An int or float that is finite as a float (a 400-digit integer is not: float() overflows)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def status(ann_id: str | None, state: str, *, engine: str | None = None, error: str | None = None,

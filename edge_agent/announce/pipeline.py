@@ -38,10 +38,12 @@ from typing import Any
 from edge_agent.announce.audiofiles import AudioFiles
 from edge_agent.announce.journal import INTERRUPTED, Journal, JournalError
 from edge_agent.announce.message import (
+    ID_PATTERN,
     Announcement,
     Rejected,
     check_announcement,
     check_audio,
+    loads,
     parse_announcement,
     status,
 )
@@ -94,6 +96,7 @@ class Announcer:
         """The opposite of `busy`, for `wait_idle`; see the module's invariant."""
         self._idle.set()
         self._reject_log = Throttle(1.0)
+        self._crash_log = Throttle(60.0)
         self.last_spoke = float("-inf")
         """`time.monotonic()` when speech last ended."""
         self.current: Announcement | None = None
@@ -208,6 +211,11 @@ class Announcer:
                 ann = check_announcement(request, speaking.settings, speaking.voices)
         except Rejected as exc:
             self._rejected(exc, source)
+            return True
+        except Exception as exc:  # the checks are pure: whatever they raise is the payload's doing
+            if self._crash_log.ready():  # a traceback is worth having once, not once per message
+                log.exception("announcement checks failed on a payload", extra={"topic": source})
+            self._reject(_id_of(request), f"payload could not be checked ({type(exc).__name__})", source)
             return True
         return self._accept(ann, speaking.settings, source)
 
@@ -405,6 +413,16 @@ class Announcer:
                 observer(doc)
             except Exception:
                 log.exception("an announcement status observer failed", extra={"id": ann_id})
+
+
+def _id_of(request: bytes | Mapping[str, Any]) -> str | None:
+    """The id of a request the checks could not finish, if it has a usable one."""
+    try:
+        doc = loads(request) if isinstance(request, bytes) else request
+    except (ValueError, RecursionError):
+        return None
+    ann_id = doc.get("id") if isinstance(doc, Mapping) else None
+    return ann_id if isinstance(ann_id, str) and ID_PATTERN.fullmatch(ann_id) else None
 
 
 def _turn(ann: Announcement) -> dict[str, Any]:

@@ -24,7 +24,6 @@ only in memory, is then null).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 import threading
@@ -33,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from edge_agent.announce.message import FINAL_STATES
+from edge_agent.announce.message import FINAL_STATES, loads
 from edge_agent.announce.pipeline import Announcer
 from edge_agent.mqtt.bridge import Message
 
@@ -69,9 +68,11 @@ class HermesAdapter:
         if topic != SAY:
             return None
         try:
-            doc = json.loads(payload)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            log.warning("hermes say ignored: not JSON")
+            # `loads` decodes a too-long integer instead of raising: such a say is still
+            # told apart by siteId and, if ours, rejected with sayFinished like any bad say.
+            doc = loads(payload)
+        except (ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON, NaN
+            log.warning("hermes say ignored: not JSON (%s)", str(exc)[:200] or type(exc).__name__)
             return True
         if not isinstance(doc, dict) or doc.get("siteId", "default") != self.site_id:
             return True  # another site's say

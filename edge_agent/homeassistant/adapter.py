@@ -8,12 +8,12 @@ the daemon's `Controls`, and their new state is published back, retained.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from edge_agent.announce.message import loads
 from edge_agent.announce.pipeline import Announcer
 from edge_agent.homeassistant.discovery import HaTopics, discovery_payload
 from edge_agent.mqtt.bridge import Message
@@ -94,15 +94,17 @@ def notify_request(payload: bytes) -> bytes | dict[str, Any]:
     """A notify message as an announcement request.
 
     Our discovery's template sends JSON with the id Home Assistant gave the message;
-    that goes to the announcement checks as it is. Anything else is the message text
-    itself (an entity configured without the template), given an id here: such a
-    message, redelivered, cannot be told from a new one.
+    that goes to the announcement checks as it is, and so does anything that starts
+    like a JSON object but does not decode: the checks reject it with the reason,
+    rather than it being spoken as text. Anything else is the message text itself (an
+    entity configured without the template), given an id here: such a message,
+    redelivered, cannot be told from a new one.
     """
     try:
-        doc = json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        doc = loads(payload)
+    except (ValueError, RecursionError):  # ValueError: not UTF-8, not JSON, NaN
         doc = None
-    if isinstance(doc, dict):
+    if isinstance(doc, dict) or payload.lstrip().startswith(b"{"):
         return payload
     text = payload.decode("utf-8", "replace").strip()
     return {"id": f"ha-{uuid.uuid4().hex}", "text": text}

@@ -9,11 +9,19 @@ paho-mqtt is driven as an external event loop (`loop_read` / `loop_write` /
 - reconnecting is ours: delays grow from `reconnect_min_s` to `reconnect_max_s`
   with random jitter (paho's own backoff has none, so a fleet would hammer a
   restarted broker in lock-step);
+- inbound messages are read ahead of the handler (up to `_READ_AHEAD_BYTES`) and
+  handled in order between reads, so the broker's acknowledgements of what we
+  publish, which wait in the same TCP stream behind its messages to us, are seen
+  at once and a flood of announcements does not hold up their statuses;
 - an inbound QoS 1 message is acknowledged only after the handler has made it
   durable (`manual_ack`); a handler that cannot persist it (a full disk) leaves
   it unacknowledged and the connection is dropped, so the broker delivers it
   again, after the same growing, jittered delay as a failed connect: a handler
   that keeps refusing costs a reconnect every `reconnect_max_s`, not a tight loop.
+  A handler that *raises* is a bug or a payload nobody foresaw, not a full disk:
+  such a message is retried the same way, but after `_HANDLER_ATTEMPTS` deliveries it
+  is acknowledged and dropped (counted in `mqtt_inbound_dropped`, logged once), so
+  one poison message cannot stop every message behind it.
 
 The session is persistent (stable client id, `clean_start=False`, session expiry
 > 0): announcements published while the device is down wait in the broker.
@@ -22,6 +30,7 @@ The session is persistent (stable client id, `clean_start=False`, session expiry
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import random
@@ -45,8 +54,12 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from edge_agent.atomic import atomic_write
 from edge_agent.config import MqttSettings, parse_uri
 from edge_agent.errors import ConfigError
-from edge_agent.logs import Throttle
 from edge_agent.metrics import Metrics
+from edge_agent.mqtt.outbox import Message, Outbox
+
+__all__ = ["Bridge", "InboundHandler", "Message", "Outbox", "first_reconnect_delay", "read_password",
+           "reconnect_delay", "tls_context"]
+"""`Message` and `Outbox` live in `outbox`; adapters take `Message` from here, with the bridge."""
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +68,21 @@ InboundHandler = Callable[[str, bytes, bool], bool]
 
 _INFLIGHT = 20
 """QoS 1 messages handed to paho and not yet acknowledged by the broker."""
+
+_HANDLER_ATTEMPTS = 3
+"""Deliveries of one message whose handler raised before it is acknowledged and dropped."""
+
+_FAILURES_REMEMBERED = 64
+"""Messages whose handler raised, remembered (by topic and payload hash) to count attempts."""
+
+_READ_AHEAD_BYTES = 1 << 20
+"""Messages read but not yet handled (and not acknowledged) stop the reading at this many bytes."""
+
+_READS_PER_STEP = 64
+"""Most `loop_read` calls in one turn of the loop (each reads as many packets as paho has in flight)."""
+
+_HANDLE_SLICE_S = 0.05
+"""Messages read ahead are handled in slices this long, the socket served between them."""
 
 _FLUSH_BEFORE_DROP_S = 1.0
 """Longest a connection dropped for a refused message stays up to send what is queued."""
@@ -75,122 +103,30 @@ def first_reconnect_delay(settings: MqttSettings, rng: random.Random | None = No
 _RNG = random.Random()
 
 
-KEEP_LEAST, KEEP, KEEP_MOST = 0, 1, 2
-"""What a full outbox drops first: a message of the lowest rank waiting (the oldest of them)."""
-
-
 @dataclass(frozen=True)
-class Message:
-    """One outbound message."""
+class _Inbound:
+    """A message read and not yet handled."""
 
     topic: str
     payload: bytes
-    qos: int = 1
-    retain: bool = False
-    coalesce: bool = False
-    """Only the newest queued message of this topic matters (a retained state); older ones
-    still waiting in the outbox are dropped when it is queued."""
-    key: str | None = None
-    """Messages of one topic and key say successive states of one thing (an announcement's
-    status): a newer one replaces a waiting older one of no higher rank."""
-    rank: int = KEEP_MOST
-    """How much losing it costs: KEEP_LEAST (metrics), KEEP (an intermediate state), KEEP_MOST
-    (a final state, a report). A full outbox drops the lowest rank first."""
+    retain: bool
+    mid: int
+    qos: int
 
-    @staticmethod
-    def json(topic: str, doc: dict[str, Any], *, qos: int = 1, retain: bool = False,
-             coalesce: bool = False, key: str | None = None, rank: int = KEEP_MOST) -> Message:
-        return Message(topic, json.dumps(doc, separators=(",", ":")).encode(), qos, retain, coalesce,
-                       key, rank)
+    @property
+    def cost(self) -> int:
+        return len(self.topic) + len(self.payload)
 
 
-class Outbox:
-    """Messages waiting for the network thread, bounded.
-
-    A `coalesce` message replaces a queued one on the same topic, and a keyed one a
-    queued one with its key: only the latest state matters, so a long outage does not
-    fill the queue with heartbeats, and a flood of announcements costs one waiting
-    status per announcement, not one per state. When it is full anyway, the oldest
-    message of the lowest rank goes (metrics before intermediate states before final
-    ones), counted in `dropped` (and `dropped_final` for the last kind).
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.dropped = 0
-        self.dropped_final = 0
-        self.replaced = 0
-        self._items: OrderedDict[int, Message] = OrderedDict()
-        """Sequence number -> message, in sending order."""
-        self._ranks: tuple[deque[int], ...] = (deque(), deque(), deque())
-        """Sequence numbers per rank, oldest first; entries already sent are skipped lazily."""
-        self._keys: dict[tuple[str, str], int] = {}
-        self._next = 0
-        self._first = 0
-        self._lock = threading.Lock()
-        self._throttle = Throttle(10.0)
-
-    def put(self, message: Message) -> None:
-        with self._lock:
-            key = self._key(message)
-            if key is not None:
-                waiting = self._keys.get(key)
-                old = self._items.get(waiting) if waiting is not None else None
-                if old is not None and old.rank <= message.rank:
-                    del self._items[waiting]  # type: ignore[arg-type]
-                    self.replaced += 1
-            while len(self._items) >= self.limit:
-                self._drop_one()
-            seq = self._next
-            self._next += 1
-            self._add(seq, message, key)
-
-    def pop(self) -> Message | None:
-        with self._lock:
-            if not self._items:
-                return None
-            seq, message = self._items.popitem(last=False)
-            key = self._key(message)
-            if key is not None and self._keys.get(key) == seq:
-                del self._keys[key]
-            return message
-
-    def push_front(self, message: Message) -> None:
-        """Put back a message `pop` returned (it could not be handed to paho)."""
-        with self._lock:
-            self._first -= 1
-            self._add(self._first, message, self._key(message))
-            self._items.move_to_end(self._first, last=False)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._items)
-
-    @staticmethod
-    def _key(message: Message) -> tuple[str, str] | None:
-        if message.key is not None:
-            return (message.topic, message.key)
-        return (message.topic, "") if message.coalesce else None
-
-    def _add(self, seq: int, message: Message, key: tuple[str, str] | None) -> None:
-        self._items[seq] = message
-        self._ranks[min(max(message.rank, KEEP_LEAST), KEEP_MOST)].append(seq)
-        if key is not None:
-            self._keys[key] = seq
-
-    def _drop_one(self) -> None:
-        for order in self._ranks:
-            while order and order[0] not in self._items:
-                order.popleft()
-            if order:
-                lost = self._items.pop(order.popleft())
-                self.dropped += 1
-                if lost.rank >= KEEP_MOST:
-                    self.dropped_final += 1
-                if self._throttle.ready():
-                    log.warning("outbound queue full (%d): dropped a message to %s (%d dropped in all, "
-                                "%d of them final)", self.limit, lost.topic, self.dropped, self.dropped_final)
-                return
+def _readable(sock: Any) -> bool:
+    """Bytes wait on `sock` (for TLS, decrypted ones too)."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return bool(readable)
 
 
 def read_password(settings: MqttSettings) -> str:
@@ -226,7 +162,8 @@ class Bridge:
         self.settings = settings
         self.client_id = client_id
         self.endpoint = parse_uri(settings.broker, ("mqtt", "mqtts"))
-        self.outbox = Outbox(settings.outbound_queue)
+        self.outbox = Outbox(settings.outbound_max_bytes, max_age_s=settings.outbound_max_age_s,
+                             max_count=settings.outbound_queue)
         self.metrics = metrics or Metrics()
         self._on_message = on_message
         self._on_connect = on_connect
@@ -243,6 +180,13 @@ class Bridge:
         self._drop = False
         self._refusals = 0
         """Messages the handler refused in a row; each drop waits longer before reconnecting."""
+        self._window = _INFLIGHT
+        """QoS 1 messages we may have in flight on this connection."""
+        self._inbound: deque[_Inbound] = deque()
+        """Messages read and not yet handled (nor acknowledged), oldest first."""
+        self._inbound_bytes = 0
+        self._failures: OrderedDict[tuple[str, bytes], int] = OrderedDict()
+        """(topic, payload hash) -> deliveries whose handler raised, the most recent last."""
         self._hold_until = 0.0
         self._drop_by = 0.0
         self._final: list[Message] = []
@@ -347,7 +291,10 @@ class Bridge:
                           self._attempts, reason)
             return
         self._attempts = 0
+        # The broker's Receive Maximum bounds what we may have in flight (paho ignores it).
+        self._window = max(1, min(_INFLIGHT, int(getattr(props, "ReceiveMaximum", _INFLIGHT))))
         self._drop = False  # a drop owed on the old connection is moot
+        self._forget_inbound()  # its packet ids meant nothing on the old one; the broker resends
         self._connected.set()
         self.metrics.inc("mqtt_connects")
         log.info("connected to %s as %s (session %s)", self.settings.broker, self.client_id,
@@ -366,6 +313,7 @@ class Bridge:
     def _disconnected_cb(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any,
                          props: Any) -> None:
         # paho can report one disconnect twice (#870): count transitions, not calls.
+        self._forget_inbound()  # unacknowledged: the broker delivers it again on the next connection
         if self._connected.is_set():
             self._connected.clear()
             self.metrics.inc("mqtt_disconnects")
@@ -381,22 +329,54 @@ class Bridge:
             # This connection is being dropped for a refused message: the rest of what arrives
             # on it stays unacknowledged and comes again with the redelivery.
             return
+        inbound = _Inbound(message.topic, bytes(message.payload), bool(message.retain), message.mid,
+                           message.qos)
+        self._inbound.append(inbound)
+        self._inbound_bytes += inbound.cost
+
+    def _handle(self, message: _Inbound) -> None:
+        """Carry out one message read ahead; acknowledge it once the handler says it is stored."""
         try:
-            ok = self._on_message(message.topic, bytes(message.payload), bool(message.retain))
+            ok = self._on_message(message.topic, message.payload, message.retain)
         except Exception:
-            log.exception("inbound handler failed on %s", message.topic)
-            ok = False
+            ok = self._handler_raised(message.topic, message.payload)
         if ok:
             self._refusals = 0
+            if self._failures:  # it went through after all
+                self._failures.pop((message.topic, hashlib.sha256(message.payload).digest()), None)
             if message.qos > 0:
-                client.ack(message.mid, message.qos)
+                self._client.ack(message.mid, message.qos)
         else:
-            # Not acknowledged: reconnect (after a back-off) so the broker delivers it again.
+            # Not acknowledged: reconnect (after a back-off) so the broker delivers it again,
+            # with everything read after it.
+            self._forget_inbound()
             self._refusals += 1
             self._drop = True
             # What we have to say (a status saying why we refuse, PUBACKs owed to us) goes out
             # before the drop, else a refusal right after each CONNACK would keep the device mute.
             self._drop_by = time.monotonic() + _FLUSH_BEFORE_DROP_S
+
+    def _forget_inbound(self) -> None:
+        """Drop what was read and not handled: unacknowledged, the broker delivers it again."""
+        self._inbound.clear()
+        self._inbound_bytes = 0
+
+    def _handler_raised(self, topic: str, payload: bytes) -> bool:
+        """Count a delivery whose handler raised; True once it has had its attempts (give it up)."""
+        key = (topic, hashlib.sha256(payload).digest())
+        attempts = self._failures.pop(key, 0) + 1
+        if attempts == 1:
+            log.exception("inbound handler failed on a message to %s (%d bytes); it is delivered "
+                          "again, at most %d times in all", topic, len(payload), _HANDLER_ATTEMPTS)
+        if attempts < _HANDLER_ATTEMPTS:
+            self._failures[key] = attempts
+            while len(self._failures) > _FAILURES_REMEMBERED:
+                self._failures.popitem(last=False)
+            return False
+        self.metrics.inc("mqtt_inbound_dropped")
+        log.error("inbound message to %s (%d bytes) dropped: its handler failed on %d deliveries",
+                  topic, len(payload), attempts)
+        return True
 
     def _published_cb(self, client: mqtt.Client, userdata: Any, mid: int, reason: Any,
                       props: Any) -> None:
@@ -441,6 +421,7 @@ class Bridge:
 
     def _try_connect(self) -> bool:
         self._attempts += 1
+        self._forget_inbound()  # read on a connection that is gone: its packet ids mean nothing now
         try:
             rc = self._client.reconnect()
         except (OSError, ValueError) as exc:
@@ -462,25 +443,29 @@ class Bridge:
 
     def _step(self, timeout: float) -> None:
         client = self._client
-        if self._connected.is_set():
-            self._sync_subscriptions()
-            self._drain()
+        self._send_pending()
+        self.outbox.report()
         sock = client.socket()
         if sock is None:
             return
-        pending = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
+        reading = self._inbound_bytes < _READ_AHEAD_BYTES
+        pending = sock.pending() if isinstance(sock, ssl.SSLSocket) and reading else 0
+        handling = bool(self._inbound) and self._connected.is_set() and not self._stopping.is_set()
         wlist = [sock] if client.want_write() else []
+        rlist = [sock, self._wake_r] if reading else [self._wake_r]
         try:
-            readable, writable, _ = select.select([sock, self._wake_r], wlist, [], 0 if pending else timeout)
+            readable, writable, _ = select.select(rlist, wlist, [], 0 if pending or handling else timeout)
         except (OSError, ValueError):
             readable, writable = [sock], []
         if self._wake_r in readable:
             with contextlib.suppress(BlockingIOError):
                 self._wake_r.recv(4096)
         if sock in readable or pending:
-            client.loop_read()
+            self._read(sock)
         if client.socket() is not None and (sock in writable or client.want_write()):
             client.loop_write()
+        if handling and client.socket() is not None:
+            self._handle_some(sock)
         if client.socket() is not None:
             client.loop_misc()
         if (client.socket() is not None and not self._connected.is_set()
@@ -497,6 +482,48 @@ class Bridge:
             self._close_socket()  # reads to EOF: nothing more arrives on this connection
             self._drop = False
 
+    def _read(self, sock: Any) -> None:
+        """Read what the broker has sent, up to `_READ_AHEAD_BYTES` of messages not yet handled.
+
+        Reading ahead of the handler is what keeps statuses flowing under a flood. Our
+        PUBACKs come in the one TCP stream behind the messages the broker sends us, and
+        the broker does not keep that backlog short (mosquitto 2.0.11 sends past the
+        receive maximum once we publish QoS 1 ourselves): handled one by one at journal
+        speed, 2000 announcements kept the send window full for the whole flood and their
+        statuses waited behind it. Read ahead, each PUBACK is seen at once and frees its
+        place in the window, while the messages wait, unacknowledged, for the handler.
+        """
+        client = self._client
+        for _ in range(_READS_PER_STEP):
+            client.loop_read()
+            if client.socket() is None:
+                return
+            self._send_pending()  # acknowledgements just read free places in the send window
+            if client.want_write():
+                client.loop_write()
+            if self._inbound_bytes >= _READ_AHEAD_BYTES or not _readable(sock):
+                return
+
+    def _handle_some(self, sock: Any) -> None:
+        """Handle messages read ahead for up to `_HANDLE_SLICE_S`, then let the loop do the rest.
+
+        Between two messages, acknowledgements that came in are read and their places in
+        the send window refilled: a window's round trip costs one handler call, not a slice."""
+        deadline = time.monotonic() + _HANDLE_SLICE_S
+        while self._inbound and not self._drop and self._connected.is_set():
+            message = self._inbound.popleft()
+            self._inbound_bytes -= message.cost
+            self._handle(message)
+            if self._client.socket() is None:
+                return
+            self._send_pending()  # statuses the handler queued
+            if self._client.want_write():
+                self._client.loop_write()  # the acknowledgement and those statuses
+            if time.monotonic() >= deadline:
+                return
+            if self._inbound_bytes < _READ_AHEAD_BYTES and _readable(sock):
+                self._read(sock)
+
     def _close_socket(self) -> None:
         # A broken connection, not a clean DISCONNECT: the broker keeps our session (and
         # the unacknowledged messages in it) and, if it notices, publishes the will.
@@ -511,8 +538,14 @@ class Bridge:
             if self._client.socket() is None:
                 break
 
+    def _send_pending(self) -> None:
+        """Once connected: subscriptions first (what the device hears), then the outbox."""
+        if self._connected.is_set():
+            self._sync_subscriptions()
+            self._drain()
+
     def _drain(self) -> None:
-        while len(self._unacked) < _INFLIGHT:
+        while len(self._unacked) < self._window:
             message = self.outbox.pop()
             if message is None:
                 return
@@ -566,6 +599,7 @@ class Bridge:
                 self._step(0.05)
         self._close_socket_quietly()
         self._connected.clear()
+        self.outbox.report(final=True)
 
     def _close_socket_quietly(self) -> None:
         sock = self._client.socket()

@@ -77,3 +77,24 @@ def test_rejections_after_the_id_carry_the_id():
 def test_a_payload_cannot_name_an_audio_file():
     ann = parse({"id": "a", "text": "Hi.", "audio": "/etc/passwd"})
     assert ann.audio is None and ann.text == "Hi."
+
+
+@pytest.mark.parametrize(("field", "number", "reason"), [
+    ("volume", "9" * 4400, "'volume' must be a number 0..1"),  # past Python's int conversion limit
+    ("volume", "9" * 400, "'volume' must be a number 0..1"),  # an int, but float() overflows
+    ("expires_at", "-" + "9" * 400, "'expires_at' must be a number"),
+    ("priority", "9" * 4400, "'priority' must be an integer 0..9"),
+])
+def test_a_number_too_long_for_python_is_rejected_by_its_field_with_the_id(field, number, reason):
+    payload = f'{{"id": "poison-1", "text": "Hi.", "{field}": {number}}}'.encode()
+    with pytest.raises(Rejected, match=reason) as caught:
+        parse(payload, AnnouncementSettings(max_payload_bytes=8192))
+    assert caught.value.id == "poison-1"
+
+
+def test_loads_refuses_constants_and_decodes_an_over_long_integer_as_infinite():
+    from edge_agent.announce.message import loads
+
+    assert loads('{"a": 12, "b": ' + "9" * 4400 + "}") == {"a": 12, "b": float("inf")}
+    with pytest.raises(ValueError, match="NaN is not allowed"):
+        loads(b'{"a": NaN}')

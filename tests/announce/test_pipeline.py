@@ -595,3 +595,21 @@ def test_on_a_real_full_disk_audio_is_refused_without_a_trace_and_the_retry_is_p
         assert stored(p) == []
     finally:
         p.service.stop()
+
+
+def test_a_document_the_checks_choke_on_is_rejected_with_a_reason_not_raised(pipeline):
+    """Whatever a trigger hands over, a check that raises ends as one rejection: the trigger
+    acknowledges its message instead of getting it again for ever."""
+
+    class Hostile(dict):
+        def get(self, key, default=None):
+            if key == "volume":
+                raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
+            return super().get(key, default)
+
+    p = pipeline()
+    assert p.service.submit(Hostile(id="poison-2", text="Hi.", volume=1), "hermes/tts/say")
+    assert p.states("poison-2") == ["rejected"]
+    rejected = next(d for d in p.statuses if d["id"] == "poison-2")
+    assert rejected["error"] == "payload could not be checked (ValueError)"
+    assert p.send({"id": "after-2", "text": "Hi."}) and p.states("after-2") == ["queued"]

@@ -2,6 +2,7 @@
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -198,6 +199,55 @@ def test_a_flood_of_announcements_gets_every_id_a_final_status(tmp_path, broker,
         assert rejected and all("queue full" in d["error"] for d in rejected)
         assert running.daemon.bridge.outbox.dropped_final == 0
     finally:
+        running.stop()
+
+
+def test_a_burst_of_2000_announcements_gets_every_id_its_first_status_and_drops_nothing(
+        tmp_path, broker, watcher):
+    """2000 announcements in about a second against a queue of 1000 (issue 21): every accepted
+    one is answered `queued` and every other `rejected`, while nothing is spoken yet, so each
+    id's first status is the one the daemon published at its arrival; the outbox drops none
+    (it used to push 988 `queued` out for the `rejected` ones), and the metrics say so."""
+    gate = threading.Event()
+
+    class HeldSynth(ToneSynth):
+        def stream(self, text, voice=None):
+            if text != "Ready.":  # the warm-up
+                assert gate.wait(120)
+            yield from super().stream(text, voice)
+
+    running = Running(tmp_path, broker, {"announcements.queue_max": 1000, "daemon.metrics_s": 0.5},
+                      synthesizer_factory=lambda s: HeldSynth(per_sentence_s=0.01))
+    producer = Producer(broker.url)
+    try:
+        ids = [f"burst-{i:04d}" for i in range(2000)]
+        infos = []
+        start = time.monotonic()
+        for n, ann_id in enumerate(ids):
+            while time.monotonic() < start + n / 2000:  # paced over one second
+                time.sleep(0.0005)
+            infos.append(producer.publish("edge/dev1/announce", {"id": ann_id, "text": "Hi."}, wait=False))
+        for info in infos:
+            info.wait_for_publish(timeout=60)
+
+        def first_statuses():
+            seen = {}
+            for doc in watcher.find("edge/dev1/announce/status"):
+                seen.setdefault(doc["id"], doc["state"])
+            return seen if set(seen) >= set(ids) else None
+
+        first = wait_until(first_statuses, what="a first status for each of the 2000 ids")
+        states = [first[i] for i in ids]
+        counters = running.daemon.metrics.snapshot()["counters"]
+        assert states.count("queued") == counters["announcements_accepted"] >= 1000
+        assert states.count("rejected") == counters["announcements_rejected"] == 2000 - states.count("queued")
+        outbox = running.daemon.bridge.outbox
+        assert (outbox.dropped, outbox.expired) == (0, 0)
+        metrics = watcher.wait("edge/dev1/metrics", lambda d: "mqtt_outbound_dropped" in d.get("gauges", {}))
+        assert metrics[-1]["gauges"]["mqtt_outbound_dropped"] == 0
+    finally:
+        gate.set()
+        producer.close()
         running.stop()
 
 
