@@ -120,6 +120,6 @@ def test_a_poison_say_on_the_shared_hermes_topic_is_answered_once_and_the_next_s
     finally:
         running.stop()
     assert [d["id"] for d in finished] == ["say-poison", "say-after"]  # none for the garage's say
-    rejected = everything.find("edge/dev1/announce/status", lambda d: d["id"] == "hermes:say-poison:")
+    rejected = everything.find("edge/dev1/announce/status", lambda d: d["id"] == "hermes:say-poison")
     assert [(d["state"], d["error"]) for d in rejected] == [("rejected", "'volume' must be a number 0..1")]
-    assert [p.name for p in (tmp_path / "out").glob("*.wav")] == ["hermes:say-after:.wav"]
+    assert [p.name for p in (tmp_path / "out").glob("*.wav")] == ["hermes:say-after.wav"]
