@@ -75,10 +75,35 @@ class AudioSettings:
     """PortAudio input device name or index; None is the system default."""
     input_file: Path | None = None
     """Listen to this WAV file instead of the microphone (replaying recordings, testing)."""
+    noise_suppression: int = 0
+    """Microphone noise suppression (speex, through `pyspeex-noise`): 0 off, 1..4 attenuate noise by
+    10, 20, 30, 40 dB. About 1 ms of CPU per second of audio at any level; higher levels remove more
+    steady noise (fans, hum, traffic) and distort quiet speech more. It does not remove other voices."""
+    auto_gain_dbfs: int = 0
+    """Microphone automatic gain: 0 off, else the level (dB below full scale, 1..31) speech is
+    brought to, by at most +30 dB. Helps a far or quiet talker; it also lifts the noise with the
+    speech. Cheap (well under 1 ms of CPU per second of audio)."""
+    echo_cancel: bool = True
+    """Cancel the device's own playback from the microphone (speex echo canceller over the system's
+    libspeexdsp, `apt-get install libspeexdsp1`), with what the sound card played as the reference.
+    Only acts while something plays; about 2-3 ms of CPU per second of audio then."""
+    echo_tail_ms: int = 200
+    """Longest echo path the canceller models (room reverberation after the direct path), 50..1000.
+    Longer tails cancel more of a reverberant room at more CPU and slower convergence."""
+    echo_max_delay_ms: int = 500
+    """Longest playback-to-microphone delay searched for (sound card buffers plus the air), 20..2000."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.volume <= 1.0:
             raise ValueError(f"volume: {self.volume} is outside 0..1")
+        if not 0 <= self.noise_suppression <= 4:
+            raise ValueError(f"noise_suppression: {self.noise_suppression} is outside 0 (off)..4")
+        if not 0 <= self.auto_gain_dbfs <= 31:
+            raise ValueError(f"auto_gain_dbfs: {self.auto_gain_dbfs} is outside 0 (off)..31")
+        if not 50 <= self.echo_tail_ms <= 1000:
+            raise ValueError(f"echo_tail_ms: {self.echo_tail_ms} is outside 50..1000")
+        if not 20 <= self.echo_max_delay_ms <= 2000:
+            raise ValueError(f"echo_max_delay_ms: {self.echo_max_delay_ms} is outside 20..2000")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -151,8 +152,11 @@ def _pa_message(exc: BaseException) -> str:
 class AudioOutput:
     """Opens sinks as configured and remembers whether it already reported a fallback."""
 
-    def __init__(self, settings: AudioSettings) -> None:
+    def __init__(self, settings: AudioSettings, heard: Callable[[Sink], Sink] | None = None) -> None:
         self.settings = settings
+        self.heard = heard
+        """Wraps each sink that reaches a loudspeaker (`audio.reference.ReferenceSink`: the echo
+        canceller's reference); files and null are heard by nobody."""
         self._reported = False
 
     def open(self, sample_rate: int, name: str = "speech") -> Sink:
@@ -162,7 +166,7 @@ class AudioOutput:
         if s.output == "wav":
             return self._wav(sample_rate, name)
         try:
-            return SoundDeviceSink(sample_rate, s.output_device, s.volume)
+            return self._heard(SoundDeviceSink(sample_rate, s.output_device, s.volume))
         except AudioUnavailable as exc:
             if s.fallback == "error":
                 raise
@@ -173,6 +177,9 @@ class AudioOutput:
             if s.fallback == "wav":
                 return self._wav(sample_rate, name)
             return NullSink(sample_rate)
+
+    def _heard(self, sink: Sink) -> Sink:
+        return sink if self.heard is None else self.heard(sink)
 
     def _wav(self, sample_rate: int, name: str) -> WavSink:
         directory = self.settings.fallback_dir
