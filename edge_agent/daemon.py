@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import signal
 import threading
@@ -60,6 +61,7 @@ from edge_agent.announce.message import FINAL_STATES
 from edge_agent.announce.pipeline import Announcer, Speaking
 from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, play_chime, remove_partials
 from edge_agent.asr.whisper import resolve_export_dir
+from edge_agent.audio.reference import PlaybackReference, ReferenceSink
 from edge_agent.audio.sinks import AudioOutput
 from edge_agent.audio.sources import WavFileSource
 from edge_agent.config import Settings, load_settings
@@ -84,7 +86,6 @@ from edge_agent.mqtt.bridge import KEEP, KEEP_LEAST, KEEP_MOST, Bridge, Message
 from edge_agent.mqtt.topics import Topics
 from edge_agent.offload.router import make_synthesizer
 from edge_agent.providers import for_use
-from edge_agent.text.wer import words
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Synthesizer
@@ -121,19 +122,23 @@ def routed_synthesizer(settings: Settings) -> Synthesizer:
     return make_synthesizer(settings, store)
 
 
-def asr_listener(settings: Settings, accept_wake: WakeFilter) -> HearingLoop | None:
+def asr_listener(settings: Settings, accept_wake: WakeFilter,
+                 reference: PlaybackReference | None = None) -> HearingLoop | None:
     """Microphone -> wake word -> VAD -> Whisper, when an exported ASR model is present (None otherwise).
 
     A missing microphone is an `AudioError`, a broken export or wake model a `ModelError`:
     both leave the daemon announcing without listening, with the reason logged once and on
-    its status (a wake-mode device never falls back to transcribing everything).
+    its status (a wake-mode device never falls back to transcribing everything). The microphone
+    hears through the front end, `reference` (what the loudspeaker plays) cancelled; a file shares
+    no clock with the loudspeaker and is heard without it.
     """
     if not (resolve_export_dir(settings.asr, settings.models) / "manifest.json").is_file():
         return None
     store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
     path = settings.audio.input_file
-    return build_hearing(settings, store, WavFileSource(path) if path is not None else None,
-                         accept_wake)
+    if path is not None:
+        return build_hearing(settings, store, WavFileSource(path), accept_wake)
+    return build_hearing(settings, store, None, accept_wake, reference)
 
 
 @dataclass(frozen=True)
@@ -152,7 +157,7 @@ class Daemon:
 
     def __init__(self, source: SettingsSource, *,
                  synthesizer_factory: SynthesizerFactory = routed_synthesizer,
-                 listener_factory: ListenerFactory = asr_listener,
+                 listener_factory: ListenerFactory | None = None,
                  opener_factory: Callable[[Settings], SinkOpener] | None = None) -> None:
         self.source = source
         self.base = source.build()
@@ -160,8 +165,10 @@ class Daemon:
         self.device = self.base.device.resolved_id
         self.metrics = Metrics()
         self._make_synth = synthesizer_factory
-        self._make_listener = listener_factory
-        self._make_opener = opener_factory or default_opener
+        self.reference = PlaybackReference()
+        """What the loudspeaker played: the echo canceller's reference and the own-voice guard's."""
+        self._make_listener = listener_factory or functools.partial(asr_listener, reference=self.reference)
+        self._make_opener = opener_factory or functools.partial(default_opener, reference=self.reference)
         self._stop_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fleet_wake: asyncio.Event | None = None
@@ -530,16 +537,13 @@ class Daemon:
         """Whether a wake word heard now starts a turn (the listener thread asks).
 
         While the device speaks: `wake.during_playback: ignore` drops it; otherwise it
-        is barge-in, unless the announcement being spoken says the wake phrase itself
-        (the microphone hears our own voice fire the model: measured in
-        tests/integration/test_daemon_turn.py), which is taken for self-hearing and dropped.
+        is barge-in. Our own voice saying the wake phrase never gets here: the front end
+        cancels our playback from the microphone, and the own-voice guard
+        (`listen.ownvoice`) drops a detection the playback reference fired at too.
         """
         if not self.announcements.busy.is_set():
             return True
-        if self.settings.wake.during_playback == "ignore":
-            return False
-        current = self.announcements.current
-        return current is None or not says(current.text, detection.wake_word)
+        return self.settings.wake.during_playback != "ignore"
 
     def _on_event(self, event: Event) -> None:
         satellite = self.satellite
@@ -674,13 +678,6 @@ class Daemon:
             self.listener.hearing.open_turn(conversation_id)
 
 
-def says(text: str, phrase: str) -> bool:
-    """Whether `text` contains the words of `phrase` in order (case and punctuation aside)."""
-    spoken, target = words(text), words(phrase)
-    n = len(target)
-    return n > 0 and any(spoken[i:i + n] == target for i in range(len(spoken) - n + 1))
-
-
 def _chime(opener: SinkOpener, name: str) -> None:
     try:
         play_chime(opener, name)
@@ -700,9 +697,11 @@ def _tts_voices(settings: Settings) -> frozenset[str]:
     return frozenset(load_catalog(settings.models.catalog).ids(task="tts"))
 
 
-def default_opener(settings: Settings) -> SinkOpener:
-    """`daemon.out_dir` when set, else the configured audio output."""
+def default_opener(settings: Settings, reference: PlaybackReference | None = None) -> SinkOpener:
+    """`daemon.out_dir` when set, else the configured audio output (telling `reference` what the
+    loudspeaker plays)."""
     if settings.daemon.out_dir is not None:
         return DirOpener(settings.daemon.out_dir, settings.audio.volume)
-    return DeviceOpener(AudioOutput(settings.audio))
+    heard = None if reference is None else functools.partial(ReferenceSink, reference=reference)
+    return DeviceOpener(AudioOutput(settings.audio, heard))
 

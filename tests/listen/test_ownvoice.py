@@ -1,0 +1,130 @@
+"""Our own voice saying the wake phrase never opens a turn; a user saying it over our playback does.
+
+Real signals throughout: our Piper voice played through a simulated room into a live microphone,
+the playback reference on the same clock, the real okay_nabu model on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from speech_fixtures import noise, room_impulse, silence, through_room
+
+from edge_agent.audio.reference import PlaybackReference
+from edge_agent.bench.clips import load_16k, piper_clip
+from edge_agent.config import Settings, WakeSettings
+from edge_agent.listen.ownvoice import OwnVoice, through_front_end
+from edge_agent.wake import Detection, WakeEngine
+
+RATE = 16000
+OWN = ("OK Nabu, the washing machine has finished.", "Ok, Nabu: the front door is still open.",
+       "Okey Nabu, it is going to rain.")
+"""Announcements whose words are not the wake phrase's spelling but whose sound is (through the room
+below they fire okay_nabu at 0.93, 0.98 and 0.89 against its cutoff 0.85)."""
+OTHER = ("The washing machine has finished its program, and the dryer is next. "
+         "Please move the clothes before they start to smell.")
+SECOND = "Your parcel has been delivered to the front porch. The courier left it beside the door."
+USER = "Okay Nabu, turn on the kitchen lights."
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 10.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class LiveMic:
+    """A live microphone fed from an array; the clock moves as each block is recorded."""
+
+    live = True
+    sample_rate = RATE
+
+    def __init__(self, audio: np.ndarray, clock: Clock, block: int = 1280) -> None:
+        self.audio, self.clock, self.block = audio, clock, block
+
+    def blocks(self) -> Iterator[np.ndarray]:
+        for i in range(0, self.audio.size, self.block):
+            piece = self.audio[i:i + self.block]
+            self.clock.now += piece.size / RATE
+            yield piece
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def say(clip_cache, piper_voice):
+    return lambda text: load_16k(piper_clip(text, clip_cache, piper_voice))
+
+
+def hear(played: np.ndarray, user: np.ndarray | None, *,
+         echo_cancel: bool) -> tuple[list[Detection], list[Detection]]:
+    """Play `played` (0.5 s in, at full level, 100 ms of card and air away) through a room while
+    `user` speaks close to the microphone; what the wake engine hears on the front end's output,
+    and which of those detections the own-voice guard lets through."""
+    clock = Clock()
+    reference = PlaybackReference(clock=clock)
+    lead = silence(0.5)
+    echo = np.concatenate([lead, through_room(played, room_impulse(delay_s=0.1, gain=0.8)), silence(1.0)])
+    mic = echo.copy()
+    if user is not None:
+        mic[lead.size:lead.size + user.size] += user[:mic.size - lead.size]
+    mic += noise(mic.size / RATE, 0.003)
+    reference.write(played, at=clock.now + lead.size / RATE)
+    base = Settings()
+    settings = replace(base, audio=replace(base.audio, echo_cancel=echo_cancel))
+    source, accept = through_front_end(settings, LiveMic(mic, clock), reference, None, wake=True)
+    assert accept is not None
+    engine = WakeEngine.load(WakeSettings())
+    heard = [d for block in source.blocks() for d in engine.feed(block)]
+    return heard, [d for d in heard if accept(d)]
+
+
+@pytest.mark.parametrize("text", OWN)
+def test_our_announcement_saying_the_wake_phrase_is_recognised_as_our_own_by_its_audio(say, text):
+    """Without the canceller the microphone fires on our voice; the guard drops it."""
+    heard, accepted = hear(say(text), None, echo_cancel=False)
+    assert [d.model for d in heard] == ["okay_nabu"]  # the model alone cannot tell us from a user
+    assert accepted == []
+
+
+@pytest.mark.parametrize("text", OWN)
+def test_with_echo_cancelling_our_announcement_opens_no_turn(say, text):
+    _, accepted = hear(say(text), None, echo_cancel=True)
+    assert accepted == []
+
+
+@pytest.fixture(scope="module")
+def two_announcements(say) -> tuple[np.ndarray, float]:
+    """Two announcements 1 s apart (the canceller learns the room during the first), and when the
+    second starts (seconds into the first)."""
+    first, second = say(OTHER), say(SECOND)
+    return np.concatenate([first, silence(1.0), second]), first.size / RATE + 1.0
+
+
+def test_a_user_saying_the_wake_word_over_our_playback_wakes(say, two_announcements):
+    """The user half a second into our second announcement, about 8 dB below it at the microphone."""
+    played, second_at = two_announcements
+    user = 0.5 * np.concatenate([silence(second_at + 0.5), say(USER)])
+    _, accepted = hear(played, user, echo_cancel=True)
+    assert [d.model for d in accepted] == ["okay_nabu"]
+
+
+def test_without_the_canceller_the_same_user_is_not_heard_over_our_playback(say, two_announcements):
+    """What the canceller is for: the status quo needed a user ~15 dB above our voice."""
+    played, second_at = two_announcements
+    user = 0.5 * np.concatenate([silence(second_at + 0.5), say(USER)])
+    heard, _ = hear(played, user, echo_cancel=False)
+    assert heard == []
+
+
+def test_the_guard_skips_silent_reference_without_running_the_detector():
+    guard = OwnVoice(WakeSettings())
+    guard.hear(np.zeros(RATE, dtype=np.float32))
+    assert guard.fed_s == 0.0
+    assert not guard.is_own(Detection("okay_nabu", "Okay Nabu", 0.9, 0.95))
