@@ -41,8 +41,8 @@ SUPPRESSION_DB = {1: -10, 2: -20, 3: -30, 4: -40}
 """`audio.noise_suppression` level -> how far speex pulls steady noise down."""
 BEHIND_S = 1.0
 """A live consumer this far behind the microphone skips the front end's work until it catches up."""
-REANCHOR_S = 0.25
-"""A block arriving this far from where the sample clock puts it re-anchors the clock (lost audio)."""
+ANCHOR_PERIOD_S = 10.0
+"""How often the microphone's sample clock may move on to the least late block's time."""
 
 ReferenceTap = Callable[[Samples], None]
 """Called with the playback reference as the microphone hears it, for each block the source yields."""
@@ -122,6 +122,8 @@ class FrontEnd:
         self._carry = np.zeros(0, dtype=np.float32)
         self._position: int | None = None
         """Timeline sample (`PlaybackReference.index`) of the first carried microphone sample."""
+        self._slack: int | None = None
+        self._period = 0
         self.skipped = 0
         """Frames passed through unprocessed because the consumer was behind."""
         self.cpu_s = 0.0
@@ -131,12 +133,14 @@ class FrontEnd:
         """Whether it does anything (else the source is used as it is)."""
         return bool(self.reference is not None or self.suppressor or self.gain)
 
-    def process(self, block: Samples, captured: float | None = None) -> tuple[Samples, Samples]:
+    def process(self, block: Samples, captured: float | None = None,
+                lost: bool = False) -> tuple[Samples, Samples]:
         """Cleaned samples and the reference as heard at them; `captured` is the monotonic time the
-        block's first sample was recorded (None: a file, with no playback to cancel)."""
+        block arrived less its duration (None: a file, with no playback to cancel); `lost`: audio
+        was dropped before this block."""
         started = time.thread_time()
         if captured is not None and self.reference is not None:
-            self._anchor(captured, block.size)
+            self._anchor(captured, block.size, lost)
         data = np.concatenate([self._carry, block]) if self._carry.size else block
         usable = data.size - data.size % FRAME
         self._carry = data[usable:].copy()
@@ -175,14 +179,30 @@ class FrontEnd:
             frame = self.gain.process(frame)
         return frame, heard
 
-    def _anchor(self, captured: float, size: int) -> None:
+    def _anchor(self, captured: float, size: int, lost: bool) -> None:
+        """Keep the microphone's sample clock on the timeline.
+
+        A block arrives no earlier than it was recorded, and later by however long its consumer
+        was busy: the least late block is the truth. So an earlier arrival than the sample clock
+        predicts moves the clock back at once, while a later one (a busy consumer, a sound card
+        running slower than the monotonic clock) moves it on only by the least lateness of a
+        whole `ANCHOR_PERIOD_S`. Lost audio (the source's overflow count rose) re-anchors at once.
+        """
         assert self.reference is not None
         measured = self.reference.index(captured) - self._carry.size
-        if self._position is None or abs(measured - self._position) > REANCHOR_S * TARGET_RATE:
-            if self._position is not None:
-                log.info("microphone clock re-anchored by %.0f ms",
-                         (measured - self._position) / TARGET_RATE * 1000)
-            self._position = measured
+        if self._position is None or lost:
+            self._position, self._slack, self._period = measured, None, 0
+            return
+        late = measured - self._position
+        if late < 0:
+            self._position, late = measured, 0
+        self._slack = late if self._slack is None else min(self._slack, late)
+        self._period += size
+        if self._period >= ANCHOR_PERIOD_S * TARGET_RATE:
+            if self._slack > FRAME:
+                log.info("microphone clock moved on by %.0f ms", self._slack / TARGET_RATE * 1000)
+                self._position += self._slack
+            self._slack, self._period = None, 0
 
     def _behind(self, usable: int) -> bool:
         if self.reference is None or self._position is None:
@@ -212,10 +232,13 @@ class FrontEndSource:
 
     def blocks(self) -> Iterator[Samples]:
         front = self.front_end
+        overflows = getattr(self.source, "overflows", 0)
         for block in self.source.blocks():
-            # A live block arrives as its last sample is recorded.
+            # A live block arrives as its last sample is recorded, or later.
             captured = self._clock() - block.size / TARGET_RATE if self.live else None
-            out, heard = front.process(block, captured)
+            dropped = getattr(self.source, "overflows", 0)
+            out, heard = front.process(block, captured, lost=dropped != overflows)
+            overflows = dropped
             for tap in front.taps:
                 tap(heard)
             if out.size:

@@ -113,10 +113,22 @@ def test_playback_on_the_timeline_is_cancelled_from_a_live_microphone(clip_cache
 
 def test_a_consumer_far_behind_the_microphone_skips_the_work_not_the_audio():
     clock = Clock()
-    reference = PlaybackReference(clock=clock)
-    front = FrontEnd(AudioSettings(noise_suppression=2), reference)
+    front = FrontEnd(AudioSettings(noise_suppression=2), PlaybackReference(clock=clock))
     block = noise(0.1, 0.05)
-    out, _ = front.process(block, captured=clock.now - 5.0)  # recorded 5 s ago
-    assert np.array_equal(out, block[:out.size]) and front.skipped == block.size // 160
-    out, _ = front.process(block, captured=clock.now - 0.1)  # caught up (re-anchored)
-    assert not np.array_equal(out, block[:out.size])
+    out, _ = front.process(block, captured=clock.now - 0.1)  # on time
+    assert not np.array_equal(out, block[:out.size]) and front.skipped == 0
+    clock.now += 5.0  # the consumer stalled; the microphone's queue kept filling
+    late = [front.process(block, captured=clock.now - 0.1)[0] for _ in range(45)]
+    assert np.array_equal(late[0], block[:late[0].size]) and front.skipped > 0  # passed through
+    caught_up = front.process(block, captured=clock.now - 0.1)[0]  # the queue is drained
+    assert not np.array_equal(caught_up, block[:caught_up.size])
+
+
+def test_lost_audio_re_anchors_the_microphone_clock_at_once():
+    clock = Clock()
+    reference = PlaybackReference(clock=clock)
+    front = FrontEnd(AudioSettings(), reference)
+    front.process(noise(0.1, 0.01), captured=clock.now - 0.1)
+    clock.now += 3.0
+    front.process(noise(0.1, 0.01), captured=clock.now - 0.1, lost=True)
+    assert abs(front._position - reference.index(clock.now)) <= 1
