@@ -17,7 +17,9 @@ Threads and loops (who owns what; also in docs/architecture.md):
   offload server; the speaker thread picks a server and hands each stream to it.
   Closing the router cancels and awaits what still runs there, then joins it.
 - `listener` (`listen.HearingLoop`, when an ASR model is present and `listen.mode` is not off):
-  source -> wake word -> VAD -> Whisper; calls `_on_event` (wake, transcript, end of turn).
+  source -> front end (echo cancel, noise suppression, gain) -> wake word -> VAD -> Whisper; calls
+  `_on_event` (wake, transcript, end of turn). The speaker thread (and the chime's) write what the
+  sound card plays into `Daemon.reference` (a lock held for a copy); the listener reads it.
   A turn holds the announcer (`Announcer.hold`) and plays the chime on a short-lived `chime`
   thread; the speaker thread's status observer opens a reply turn (`expect_reply`).
 - The Wyoming server (`wyoming.enabled`) runs on the daemon loop, one task per
