@@ -1,23 +1,20 @@
 """Our own voice saying the wake phrase never opens a turn; a user saying it over our playback does.
 
 Real signals throughout: our Piper voice played through a simulated room into a live microphone,
-the playback reference on the same clock, the real okay_nabu model on both.
+the playback reference on the same clock, the real okay_nabu model on both (`bench hear`'s path).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import replace
-
 import numpy as np
 import pytest
-from speech_fixtures import noise, room_impulse, silence, through_room
+from speech_fixtures import room_impulse, silence
 
-from edge_agent.audio.reference import PlaybackReference
 from edge_agent.bench.clips import load_16k, piper_clip
-from edge_agent.config import Settings, WakeSettings
-from edge_agent.listen.ownvoice import OwnVoice, through_front_end
-from edge_agent.wake import Detection, WakeEngine
+from edge_agent.bench.hear import play_and_hear
+from edge_agent.config import WakeSettings
+from edge_agent.listen.ownvoice import OwnVoice
+from edge_agent.wake import Detection
 
 RATE = 16000
 OWN = ("OK Nabu, the washing machine has finished.", "Ok, Nabu: the front door is still open.",
@@ -30,33 +27,6 @@ SECOND = "Your parcel has been delivered to the front porch. The courier left it
 USER = "Okay Nabu, turn on the kitchen lights."
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 10.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class LiveMic:
-    """A live microphone fed from an array; the clock moves as each block is recorded."""
-
-    live = True
-    sample_rate = RATE
-
-    def __init__(self, audio: np.ndarray, clock: Clock, block: int = 1280) -> None:
-        self.audio, self.clock, self.block = audio, clock, block
-
-    def blocks(self) -> Iterator[np.ndarray]:
-        for i in range(0, self.audio.size, self.block):
-            piece = self.audio[i:i + self.block]
-            self.clock.now += piece.size / RATE
-            yield piece
-
-    def close(self) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def say(clip_cache, piper_voice):
     return lambda text: load_16k(piper_clip(text, clip_cache, piper_voice))
@@ -64,25 +34,9 @@ def say(clip_cache, piper_voice):
 
 def hear(played: np.ndarray, user: np.ndarray | None, *,
          echo_cancel: bool) -> tuple[list[Detection], list[Detection]]:
-    """Play `played` (0.5 s in, at full level, 100 ms of card and air away) through a room while
-    `user` speaks close to the microphone; what the wake engine hears on the front end's output,
-    and which of those detections the own-voice guard lets through."""
-    clock = Clock()
-    reference = PlaybackReference(clock=clock)
-    lead = silence(0.5)
-    echo = np.concatenate([lead, through_room(played, room_impulse(delay_s=0.1, gain=0.8)), silence(1.0)])
-    mic = echo.copy()
-    if user is not None:
-        mic[lead.size:lead.size + user.size] += user[:mic.size - lead.size]
-    mic += noise(mic.size / RATE, 0.003)
-    reference.write(played, at=clock.now + lead.size / RATE)
-    base = Settings()
-    settings = replace(base, audio=replace(base.audio, echo_cancel=echo_cancel))
-    source, accept = through_front_end(settings, LiveMic(mic, clock), reference, None, wake=True)
-    assert accept is not None
-    engine = WakeEngine.load(WakeSettings())
-    heard = [d for block in source.blocks() for d in engine.feed(block)]
-    return heard, [d for d in heard if accept(d)]
+    """Our voice at full level, 100 ms of card and air away through a room; the user next to the
+    microphone."""
+    return play_and_hear(played, room_impulse(delay_s=0.1, gain=0.8), user, echo_cancel=echo_cancel)
 
 
 @pytest.mark.parametrize("text", OWN)
