@@ -132,3 +132,15 @@ def test_lost_audio_re_anchors_the_microphone_clock_at_once():
     clock.now += 3.0
     front.process(noise(0.1, 0.01), captured=clock.now - 0.1, lost=True)
     assert abs(front._position - reference.index(clock.now)) <= 1
+
+
+def test_a_microphone_on_time_keeps_its_sample_clock_through_float_rounding():
+    clock = Clock()
+    reference = PlaybackReference(clock=clock)
+    front = FrontEnd(AudioSettings(), reference)
+    start = reference.index(clock.now)
+    block = np.zeros(1280, dtype=np.float32)
+    for _ in range(2000):  # 160 s of 80 ms blocks, each stamped as it arrives
+        clock.now += block.size / RATE
+        front.process(block, captured=clock.now - block.size / RATE)
+    assert front._position - start == 2000 * block.size
