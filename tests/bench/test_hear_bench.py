@@ -36,7 +36,7 @@ def test_pyspeex_noise_own_gain_control_returns_silence_which_is_why_the_gain_is
     assert np.abs(out).max() <= 2 / 32768  # one bit at most: speech at -26 dBFS comes out as silence
     mine = ours(0, 10)()
     lifted = np.concatenate([mine(speechlike[i:i + 160]) for i in range(0, speechlike.size, 160)])
-    assert np.abs(lifted).max() > 2 * np.abs(speechlike).max()
+    assert np.abs(lifted).max() > 1.5 * np.abs(speechlike).max()  # rising 10 dB a second
 
 
 def test_erle_is_measured_per_window():
