@@ -56,6 +56,9 @@ OWN_SPELLINGS = ("OK Nabu, the washing machine has finished.", "Ok, Nabu: the fr
                  "Okey Nabu, it is going to rain.")
 USER_LEVELS_DB = (-10.0, -5.0, 0.0, 5.0, 10.0)
 """The user's speech level relative to our voice's echo at the microphone."""
+ECHO_RMS = 0.05
+"""Our voice at the microphone (-26 dBFS while speaking) in the barge-in and own-voice runs: loud,
+as a loudspeaker a hand's width from the microphone is, with room for a user 10 dB above it."""
 CARD_DELAY_S = 0.1
 """Sound card output plus input latency in front of the room (ALSA on a small board)."""
 
@@ -400,12 +403,19 @@ def play_and_hear(played: Samples, impulse: Samples, user: Samples | None = None
     return heard, [d for d in heard if accept is None or accept(d)]
 
 
+def at_echo_level(played: Samples, impulse: Samples) -> Samples:
+    """`played` scaled so that its echo reaches the microphone at `ECHO_RMS`."""
+    echo = np.convolve(played, impulse)[:played.size]
+    scaled: Samples = (played * np.float32(ECHO_RMS / speech_rms(echo))).astype(np.float32)
+    return scaled
+
+
 def measure_barge_in(say: Callable[[str], Samples], impulse: Samples, commands: Sequence[str],
                      ) -> dict[str, Any]:
     first, second = say(ANNOUNCEMENTS[0]), say(ANNOUNCEMENTS[1])
     gap = np.zeros(RATE, dtype=np.float32)
-    played = np.concatenate([first, gap, second])
-    echo_rms = speech_rms(np.convolve(second, impulse)[:second.size])
+    played = at_echo_level(np.concatenate([first, gap, second]), impulse)
+    echo_rms = ECHO_RMS
     at = first.size + gap.size + RATE // 2
     out: dict[str, Any] = {}
     for level in USER_LEVELS_DB:
@@ -429,7 +439,8 @@ def measure_own_voice(say: Callable[[str], Samples], impulse: Samples) -> dict[s
     for text in OWN_SPELLINGS:
         row = {}
         for echo_cancel in (False, True):
-            heard, accepted = play_and_hear(say(text), impulse, echo_cancel=echo_cancel)
+            heard, accepted = play_and_hear(at_echo_level(say(text), impulse), impulse,
+                                            echo_cancel=echo_cancel)
             row["on" if echo_cancel else "off"] = {"mic_detections": len(heard),
                                                    "turns_opened": len(accepted)}
         out[text] = row
