@@ -82,3 +82,25 @@ def test_the_guard_skips_silent_reference_without_running_the_detector():
     guard.hear(np.zeros(RATE, dtype=np.float32))
     assert guard.fed_s == 0.0
     assert not guard.is_own(Detection("okay_nabu", "Okay Nabu", 0.9, 0.95))
+
+
+def test_the_hearing_loop_with_a_playback_reference_hears_through_the_front_end_and_the_guard(
+        whisper_dir, tmp_path):
+    """What the daemon builds for a live microphone: the front end around the source, the guard
+    ahead of the daemon's own wake filter (which is still asked for what the guard lets through)."""
+    from edge_agent.audio.frontend import FrontEndSource
+    from edge_agent.audio.reference import PlaybackReference
+    from edge_agent.bench.hear import Clock, LiveMic
+    from edge_agent.config import load_settings
+    from edge_agent.listen import build_hearing
+    from edge_agent.models import ModelStore, load_catalog
+
+    settings = load_settings(None, {"asr": {"model": str(whisper_dir)}})
+    store = ModelStore(settings.models.cache_dir, load_catalog())
+    clock = Clock()
+    asked: list[Detection] = []
+    loop = build_hearing(settings, store, LiveMic(np.zeros(1600, dtype=np.float32), clock),
+                         lambda d: asked.append(d) or True, PlaybackReference(clock=clock))
+    assert isinstance(loop.source, FrontEndSource) and loop.source.front_end.echo is not None
+    user = Detection("okay_nabu", "Okay Nabu", 1.0, 0.95)
+    assert loop.hearing.accept_wake is not None and loop.hearing.accept_wake(user) and asked == [user]
