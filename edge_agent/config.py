@@ -76,17 +76,20 @@ class AudioSettings:
     input_file: Path | None = None
     """Listen to this WAV file instead of the microphone (replaying recordings, testing)."""
     noise_suppression: int = 0
-    """Microphone noise suppression (speex, through `pyspeex-noise`): 0 off, 1..4 attenuate noise by
-    10, 20, 30, 40 dB. About 1 ms of CPU per second of audio at any level; higher levels remove more
-    steady noise (fans, hum, traffic) and distort quiet speech more. It does not remove other voices."""
+    """Microphone noise suppression (speex, through `pyspeex-noise`): 0 off, 1..4 attenuate steady
+    noise (fans, hum, traffic) by 10, 20, 30, 40 dB. About 1.7 ms of CPU per second of audio at any
+    level. It does not remove other voices or music, and alone it removes speech quieter than about
+    -40 dBFS with the noise: use it with `auto_gain_dbfs`."""
     auto_gain_dbfs: int = 0
-    """Microphone automatic gain: 0 off, else the level (dB below full scale, 1..31) speech is
-    brought to, by at most +30 dB. Helps a far or quiet talker; it also lifts the noise with the
-    speech. Cheap (well under 1 ms of CPU per second of audio)."""
+    """Microphone automatic gain, ahead of noise suppression: 0 off, else the level (dB below full
+    scale, 1..31) speech peaks are brought to, by at most +30 dB; it learns the talker over a few
+    seconds. Helps a far or quiet talker, and lifts the noise with the speech. About 1.3 ms of CPU
+    per second of audio."""
     echo_cancel: bool = True
     """Cancel the device's own playback from the microphone (speex echo canceller over the system's
     libspeexdsp, `apt-get install libspeexdsp1`), with what the sound card played as the reference.
-    Only acts while something plays; about 2-3 ms of CPU per second of audio then."""
+    Only acts while something plays (about 10 ms of CPU per second of audio then, under 1 ms idle);
+    it learns the room during the first 2-4 s of playback and keeps what it learnt."""
     echo_tail_ms: int = 200
     """Longest echo path the canceller models (room reverberation after the direct path), 50..1000.
     Longer tails cancel more of a reverberant room at more CPU and slower convergence."""
