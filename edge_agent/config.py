@@ -103,6 +103,26 @@ class AudioSettings:
     4 (S32_LE)."""
     input_channels: int = 1
     """Channels of `input_command` / `input_pipe` audio (averaged to mono)."""
+    noise_suppression: int = 0
+    """Microphone noise suppression (speex, through `pyspeex-noise`): 0 off, 1..4 attenuate steady
+    noise (fans, hum, traffic) by 10, 20, 30, 40 dB. About 1.7 ms of CPU per second of audio at any
+    level. It does not remove other voices or music, and alone it removes speech quieter than about
+    -40 dBFS with the noise: use it with `auto_gain_dbfs`."""
+    auto_gain_dbfs: int = 0
+    """Microphone automatic gain, ahead of noise suppression: 0 off, else the level (dB below full
+    scale, 1..31) speech peaks are brought to, by at most +30 dB; it learns the talker over a few
+    seconds. Helps a far or quiet talker, and lifts the noise with the speech. About 1.3 ms of CPU
+    per second of audio."""
+    echo_cancel: bool = True
+    """Cancel the device's own playback from the microphone (speex echo canceller over the system's
+    libspeexdsp, `apt-get install libspeexdsp1`), with what the sound card played as the reference.
+    Only acts while something plays (about 10 ms of CPU per second of audio then, under 1 ms idle);
+    it learns the room during the first 2-4 s of playback and keeps what it learnt."""
+    echo_tail_ms: int = 200
+    """Longest echo path the canceller models (room reverberation after the direct path), 50..1000.
+    Longer tails cancel more of a reverberant room at more CPU and slower convergence."""
+    echo_max_delay_ms: int = 500
+    """Longest playback-to-microphone delay searched for (sound card buffers plus the air), 20..2000."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.volume <= 1.0:
@@ -130,6 +150,14 @@ class AudioSettings:
                                  "(1 = U8, 2 = S16_LE, 3 = S24_3LE, 4 = S32_LE)")
             if not 1 <= channels <= 8:
                 raise ValueError(f"{side}_channels: {channels} is outside 1..8")
+        if not 0 <= self.noise_suppression <= 4:
+            raise ValueError(f"noise_suppression: {self.noise_suppression} is outside 0 (off)..4")
+        if not 0 <= self.auto_gain_dbfs <= 31:
+            raise ValueError(f"auto_gain_dbfs: {self.auto_gain_dbfs} is outside 0 (off)..31")
+        if not 50 <= self.echo_tail_ms <= 1000:
+            raise ValueError(f"echo_tail_ms: {self.echo_tail_ms} is outside 50..1000")
+        if not 20 <= self.echo_max_delay_ms <= 2000:
+            raise ValueError(f"echo_max_delay_ms: {self.echo_max_delay_ms} is outside 20..2000")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ Threads and loops (who owns what; also in docs/architecture.md):
   offload server; the speaker thread picks a server and hands each stream to it.
   Closing the router cancels and awaits what still runs there, then joins it.
 - `listener` (`listen.HearingLoop`, when an ASR model is present and `listen.mode` is not off):
-  source -> wake word -> VAD -> Whisper; calls `_on_event` (wake, transcript, end of turn).
+  source -> front end (echo cancel, noise suppression, gain) -> wake word -> VAD -> Whisper; calls
+  `_on_event` (wake, transcript, end of turn). The speaker thread (and the chime's) write what the
+  sound card plays into `Daemon.reference` (a lock held for a copy); the listener reads it.
   A turn holds the announcer (`Announcer.hold`) and plays the chime on a short-lived `chime`
   thread; the speaker thread's status observer opens a reply turn (`expect_reply`).
 - The Wyoming servers (`wyoming.enabled`: the satellite on `wyoming.uri`, the services
@@ -48,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import signal
 import threading
@@ -62,6 +65,8 @@ from edge_agent.announce.journal import Journal
 from edge_agent.announce.pipeline import Announcer, Speaking
 from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, play_chime, remove_partials
 from edge_agent.asr.whisper import resolve_export_dir
+from edge_agent.audio.frontend import FrontEndSource
+from edge_agent.audio.reference import PlaybackReference, ReferenceSink
 from edge_agent.audio.sinks import AudioOutput
 from edge_agent.audio.sources import CommandSource
 from edge_agent.config import WAKE_BUILTIN, Settings, load_settings
@@ -89,7 +94,6 @@ from edge_agent.mqtt.outbox import KEEP, KEEP_LEAST, KEEP_MOST, Message
 from edge_agent.mqtt.topics import Topics
 from edge_agent.offload.router import make_synthesizer
 from edge_agent.providers import for_use
-from edge_agent.text.wer import words
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Synthesizer
@@ -129,17 +133,21 @@ def routed_synthesizer(settings: Settings) -> Synthesizer:
     return make_synthesizer(settings, store)
 
 
-def asr_listener(settings: Settings, accept_wake: WakeFilter) -> HearingLoop | None:
+def asr_listener(settings: Settings, accept_wake: WakeFilter,
+                 reference: PlaybackReference | None = None) -> HearingLoop | None:
     """Microphone -> wake word -> VAD -> Whisper, when an exported ASR model is present (None otherwise).
 
     A missing microphone is an `AudioError`, a broken export or wake model a `ModelError`:
     both leave the daemon announcing without listening, with the reason logged once and on
-    its status (a wake-mode device never falls back to transcribing everything).
+    its status (a wake-mode device never falls back to transcribing everything). The microphone
+    hears through the front end, `reference` (what the loudspeaker plays) cancelled; a file shares
+    no clock with the loudspeaker and is heard without it.
     """
     if not (resolve_export_dir(settings.asr, settings.models) / "manifest.json").is_file():
         return None
     store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
-    return build_hearing(settings, store, None, accept_wake)  # the configured input, once the models load
+    # The configured input, opened once the models load; the front end hears only a live one.
+    return build_hearing(settings, store, None, accept_wake, reference)
 
 
 @dataclass(frozen=True)
@@ -164,7 +172,7 @@ class Daemon:
 
     def __init__(self, source: SettingsSource, *,
                  synthesizer_factory: SynthesizerFactory = routed_synthesizer,
-                 listener_factory: ListenerFactory = asr_listener,
+                 listener_factory: ListenerFactory | None = None,
                  opener_factory: Callable[[Settings], SinkOpener] | None = None) -> None:
         self.source = source
         self.base = source.build()
@@ -172,8 +180,10 @@ class Daemon:
         self.device = self.base.device.resolved_id
         self.metrics = Metrics()
         self._make_synth = synthesizer_factory
-        self._make_listener = listener_factory
-        self._make_opener = opener_factory or default_opener
+        self.reference = PlaybackReference()
+        """What the loudspeaker played: the echo canceller's reference and the own-voice guard's."""
+        self._make_listener = listener_factory or functools.partial(asr_listener, reference=self.reference)
+        self._make_opener = opener_factory or functools.partial(default_opener, reference=self.reference)
         self._stop_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fleet_wake: asyncio.Event | None = None
@@ -508,6 +518,8 @@ class Daemon:
         if isinstance(self.listener, HearingLoop):
             self.listener.hearing.stream_turns = self._stream_turns
         source = getattr(self.listener, "source", None)
+        if isinstance(source, FrontEndSource):
+            source = source.source  # the microphone the front end hears
         if isinstance(source, CommandSource):
             listener = self.listener
             source.on_trouble = lambda problem: self._input_trouble(listener, problem)
@@ -637,16 +649,13 @@ class Daemon:
         """Whether a wake word heard now starts a turn (the listener thread asks).
 
         While the device speaks: `wake.during_playback: ignore` drops it; otherwise it
-        is barge-in, unless the announcement being spoken says the wake phrase itself
-        (the microphone hears our own voice fire the model: measured in
-        tests/integration/test_daemon_turn.py), which is taken for self-hearing and dropped.
+        is barge-in. Our own voice saying the wake phrase never gets here: the front end
+        cancels our playback from the microphone, and the own-voice guard
+        (`listen.ownvoice`) drops a detection the playback reference fired at too.
         """
         if not self.announcements.busy.is_set():
             return True
-        if self.settings.wake.during_playback == "ignore":
-            return False
-        current = self.announcements.current
-        return current is None or not says(current.text, detection.wake_word)
+        return self.settings.wake.during_playback != "ignore"
 
     def _on_event(self, event: Event) -> None:
         remote = self._remote
@@ -830,13 +839,6 @@ class Daemon:
             self.listener.hearing.open_turn(conversation_id)
 
 
-def says(text: str, phrase: str) -> bool:
-    """Whether `text` contains the words of `phrase` in order (case and punctuation aside)."""
-    spoken, target = words(text), words(phrase)
-    n = len(target)
-    return n > 0 and any(spoken[i:i + n] == target for i in range(len(spoken) - n + 1))
-
-
 def _chime(opener: SinkOpener, name: str) -> None:
     try:
         play_chime(opener, name)
@@ -856,9 +858,11 @@ def _tts_voices(settings: Settings) -> frozenset[str]:
     return frozenset(load_catalog(settings.models.catalog).ids(task="tts"))
 
 
-def default_opener(settings: Settings) -> SinkOpener:
-    """`daemon.out_dir` when set, else the configured audio output."""
+def default_opener(settings: Settings, reference: PlaybackReference | None = None) -> SinkOpener:
+    """`daemon.out_dir` when set, else the configured audio output (telling `reference` what the
+    loudspeaker plays)."""
     if settings.daemon.out_dir is not None:
         return DirOpener(settings.daemon.out_dir, settings.audio.volume)
-    return DeviceOpener(AudioOutput(settings.audio))
+    heard = None if reference is None else functools.partial(ReferenceSink, reference=reference)
+    return DeviceOpener(AudioOutput(settings.audio, heard))
 

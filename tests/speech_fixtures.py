@@ -122,3 +122,20 @@ def whisper(whisper_dir: Path):
     model = WhisperOnnx.load(whisper_dir, threads=2)
     yield model
     model.close()
+
+
+def room_impulse(delay_s: float, t60_s: float = 0.25, length_s: float = 0.15, gain: float = 0.5,
+                 seed: int = 1) -> np.ndarray:
+    """A simulated loudspeaker-to-microphone path: `delay_s` of sound card and air, a direct
+    sound, then a diffuse tail decaying by 60 dB in `t60_s` (exponentially decaying noise)."""
+    rng = np.random.default_rng(seed)
+    n = round(length_s * RATE)
+    t = np.arange(n) / RATE
+    tail = rng.normal(0, 0.1, n) * np.exp(-6.9 * t / t60_s)
+    tail[0] = 1.0  # the direct sound
+    return np.concatenate([np.zeros(round(delay_s * RATE)), gain * tail])
+
+
+def through_room(played: np.ndarray, impulse: np.ndarray) -> np.ndarray:
+    """What a microphone picks up of `played` (same length)."""
+    return np.convolve(played, impulse)[: played.size].astype(np.float32)

@@ -11,6 +11,7 @@ import logging
 import os
 import select
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -217,8 +218,11 @@ def _pa_message(exc: BaseException) -> str:
 class AudioOutput:
     """Opens sinks as configured and remembers whether it already reported a fallback."""
 
-    def __init__(self, settings: AudioSettings) -> None:
+    def __init__(self, settings: AudioSettings, heard: Callable[[Sink], Sink] | None = None) -> None:
         self.settings = settings
+        self.heard = heard
+        """Wraps each sink that reaches a loudspeaker (`audio.reference.ReferenceSink`: the echo
+        canceller's reference); files and null are heard by nobody."""
         self._reported = False
 
     def open(self, sample_rate: int, name: str = "speech") -> Sink:
@@ -229,9 +233,10 @@ class AudioOutput:
             return self._wav(sample_rate, name)
         try:
             if s.output_command is not None:
-                return CommandSink(s.output_command, sample_rate, rate=s.output_rate, width=s.output_width,
-                                   channels=s.output_channels, volume=s.volume)
-            return SoundDeviceSink(sample_rate, s.output_device, s.volume)
+                return self._heard(CommandSink(s.output_command, sample_rate, rate=s.output_rate,
+                                               width=s.output_width, channels=s.output_channels,
+                                               volume=s.volume))
+            return self._heard(SoundDeviceSink(sample_rate, s.output_device, s.volume))
         except AudioUnavailable as exc:
             if s.fallback == "error":
                 raise
@@ -242,6 +247,9 @@ class AudioOutput:
             if s.fallback == "wav":
                 return self._wav(sample_rate, name)
             return NullSink(sample_rate)
+
+    def _heard(self, sink: Sink) -> Sink:
+        return sink if self.heard is None else self.heard(sink)
 
     def _wav(self, sample_rate: int, name: str) -> WavSink:
         directory = self.settings.fallback_dir

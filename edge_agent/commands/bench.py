@@ -17,6 +17,7 @@ SUBJECTS = {
     "wyoming": "edge_agent.bench.wyoming",
     "startup": "edge_agent.bench.startup",
     "wake": "edge_agent.bench.wake",
+    "hear": "edge_agent.bench.hear",
 }
 """Subject name -> module with `add_arguments(parser)` and `run(ctx, args) -> int`."""
 

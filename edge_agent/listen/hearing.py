@@ -38,9 +38,11 @@ from edge_agent.asr.listener import Transcriber, Transcribing, Transcript
 from edge_agent.asr.whisper import WhisperOnnx
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.pump import Pump
+from edge_agent.audio.reference import PlaybackReference
 from edge_agent.audio.sources import AudioSource, open_source
 from edge_agent.config import ListenSettings, Settings
 from edge_agent.errors import UsageError
+from edge_agent.listen.ownvoice import through_front_end
 from edge_agent.models.store import ModelStore
 from edge_agent.vad import make_segmenter
 from edge_agent.wake.engine import SAMPLE_RATE, Detection, WakeEngine
@@ -291,8 +293,11 @@ class HearingLoop(Pump[Event]):
 
 
 def build_hearing(settings: Settings, store: ModelStore, source: AudioSource | None = None,
-                  accept_wake: WakeFilter | None = None) -> HearingLoop:
-    """The hearing loop as configured (`listen.mode` wake or always).
+                  accept_wake: WakeFilter | None = None,
+                  reference: PlaybackReference | None = None) -> HearingLoop:
+    """The hearing loop as configured (`listen.mode` wake or always), behind the microphone front
+    end (`audio.*`; with `reference`, what the device plays, echo cancellation and the own-voice
+    guard).
 
     Models load first (the wake models, then VAD and Whisper), so a bad wake model or
     a missing export fails before the microphone is opened; a wake-mode loop without
@@ -305,7 +310,8 @@ def build_hearing(settings: Settings, store: ModelStore, source: AudioSource | N
     segmenter = make_segmenter(settings.vad, store)
     model = WhisperOnnx.from_settings(settings.asr, settings.models)
     transcribing = Transcribing(segmenter, Transcriber(model, settings.asr))
-    hearing = Hearing(mode, transcribing, wake, settings.listen, accept_wake)
     if source is None:
         source = open_source(settings.audio)
+    source, accept_wake = through_front_end(settings, source, reference, accept_wake, wake is not None)
+    hearing = Hearing(mode, transcribing, wake, settings.listen, accept_wake)
     return HearingLoop(source, hearing)

@@ -1,0 +1,275 @@
+"""The microphone front end: echo cancellation, automatic gain, noise suppression, in that order.
+
+One stage ahead of everything that hears (wake word, VAD, Whisper, the Wyoming satellite's
+stream): `FrontEndSource` wraps any `AudioSource`, so each consumer gets the cleaned blocks
+without knowing. The work is done in 10 ms frames:
+
+1. echo cancellation (`audio.echo`) against the playback reference (`audio.reference`),
+   for live sources only (a file shares no clock with our loudspeaker) and only while
+   something has played within the canceller's reach;
+2. automatic gain (`AutoGain`): our own, because `pyspeex-noise`'s gain control returned
+   silence here at every level tried. It comes before the suppressor: measured by `bench hear`
+   (12 clips), gain after suppression chased the suppressor's residue and found okay_nabu in 1 of
+   12 clips in white noise at 10 dB SNR, gain before it in 11;
+3. noise suppression: speex's spectral suppressor through `pyspeex-noise`. Against WebRTC's
+   (`webrtc-noise-gain`, wyoming-satellite's) it was close: both lift okay_nabu in white and pink
+   noise at 10 dB SNR from 3-6 of 12 clips to 9-11, neither helps in babble; speex did better at
+   0 dB and behind our gain (a quiet talker over a -70 dBFS floor: 11 of 12 against 9 for
+   WebRTC's suppressor and gain), WebRTC better in music (11 against 9), for 3.2 against 4.5 ms
+   of CPU per second of audio and a 145 kB wheel against 8.9 MB. Alone, speex removes speech
+   quieter than about -40 dBFS with the noise (0 of 12 found): hence the gain first, and a
+   warning when suppression is on without it.
+
+A live source whose consumer has fallen more than `BEHIND_S` behind the microphone passes
+blocks through unprocessed until it has caught up (counted in `skipped`): the front end
+drops its own work, never audio.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from edge_agent.audio.echo import FRAME, EchoCanceller
+from edge_agent.audio.frames import Samples
+from edge_agent.audio.reference import PlaybackReference
+from edge_agent.audio.sources import TARGET_RATE, AudioSource
+from edge_agent.config import AudioSettings
+from edge_agent.errors import AudioError
+
+log = logging.getLogger(__name__)
+
+SUPPRESSION_DB = {1: -10, 2: -20, 3: -30, 4: -40}
+"""`audio.noise_suppression` level -> how far speex pulls steady noise down."""
+BEHIND_S = 1.0
+"""A live consumer this far behind the microphone skips the front end's work until it catches up."""
+ANCHOR_PERIOD_S = 10.0
+"""How often the microphone's sample clock may move on to the least late block's time."""
+
+ReferenceTap = Callable[[Samples], None]
+"""Called with the playback reference as the microphone hears it, for each block the source yields."""
+
+
+class NoiseSuppressor:
+    """Speex noise suppression (`pyspeex-noise`) on 10 ms frames."""
+
+    def __init__(self, level: int) -> None:
+        from pyspeex_noise import AudioProcessor
+
+        self.level = level
+        self._speex = AudioProcessor(0, SUPPRESSION_DB[level])
+
+    def process(self, frame: Samples) -> Samples:
+        pcm = np.clip(np.round(frame * 32767.0), -32768, 32767).astype("<i2").tobytes()
+        out: Samples = np.frombuffer(self._speex.process_10ms(pcm), dtype="<i2").astype(np.float32) / 32768.0
+        return out
+
+
+FLOOR_RISE = 10 ** (3 / 20 / 100)
+"""The gain's noise floor rises at most 3 dB a second (per 10 ms frame)."""
+
+
+class AutoGain:
+    """Brings speech peaks to `target_dbfs` below full scale, by at most `max_gain_db`.
+
+    A noise floor follows the quietest frames; frames well above it are taken for speech
+    and move the level estimate. The gain rises slowly (a pause does not pump the noise up)
+    and falls fast (a shout is not clipped), and a limiter catches what is left.
+    """
+
+    RISE_DB = 0.1
+    FALL_DB = 2.0
+    """Largest gain change per 10 ms frame, up and down."""
+
+    def __init__(self, target_dbfs: int, max_gain_db: float = 30.0) -> None:
+        self.target = 10 ** (-target_dbfs / 20)
+        self.max_gain = 10 ** (max_gain_db / 20)
+        self.gain = 1.0
+        self._floor: float | None = None
+        self._level = 0.0
+
+    def process(self, frame: Samples) -> Samples:
+        rms = float(np.sqrt(np.mean(frame.astype(np.float64) ** 2)))
+        peak = float(np.max(np.abs(frame))) if frame.size else 0.0
+        # The noise floor falls at once to a quieter frame and rises 3 dB a second otherwise; only
+        # frames 12 dB above it are speech (a gain that followed the noise would lift the noise).
+        floor = rms if self._floor is None else min(rms, self._floor * FLOOR_RISE)
+        self._floor = max(1e-6, floor)
+        if rms > 4 * self._floor and peak > 1e-4:
+            self._level = peak if peak > self._level else 0.99 * self._level + 0.01 * peak
+        if self._level > 0:
+            want = min(self.max_gain, self.target / self._level)
+            step_db = 20 * math.log10(want / self.gain)
+            step_db = max(-self.FALL_DB, min(self.RISE_DB, step_db))
+            self.gain *= 10 ** (step_db / 20)
+        out = frame * np.float32(self.gain)
+        top = float(np.max(np.abs(out))) if out.size else 0.0
+        if top > 0.99:
+            out = out * np.float32(0.99 / top)
+        result: Samples = out.astype(np.float32, copy=False)
+        return result
+
+
+class FrontEnd:
+    """Microphone blocks in, cleaned blocks out (10 ms frames; up to 159 samples wait for the next
+    block)."""
+
+    def __init__(self, settings: AudioSettings, reference: PlaybackReference | None = None) -> None:
+        self.settings = settings
+        self.reference = reference
+        self.echo: EchoCanceller | None = None
+        if reference is not None and settings.echo_cancel:
+            try:
+                self.echo = EchoCanceller(settings.echo_tail_ms, settings.echo_max_delay_ms)
+            except AudioError as exc:
+                log.warning("no echo cancellation: %s", exc)
+        self.suppressor = NoiseSuppressor(settings.noise_suppression) if settings.noise_suppression else None
+        self.gain = AutoGain(settings.auto_gain_dbfs) if settings.auto_gain_dbfs else None
+        if self.suppressor is not None and self.gain is None:
+            log.warning("audio.noise_suppression without audio.auto_gain_dbfs: speech quieter than "
+                        "about -40 dBFS is suppressed with the noise (set auto_gain_dbfs, e.g. 10)")
+        self.taps: list[ReferenceTap] = []
+        """Told the reference as heard, block by block (the own-voice guard)."""
+        self._carry = np.zeros(0, dtype=np.float32)
+        self._position: int | None = None
+        """Timeline sample (`PlaybackReference.index`) of the first carried microphone sample."""
+        self._slack: int | None = None
+        self._period = 0
+        self.skipped = 0
+        """Frames passed through unprocessed because the consumer was behind."""
+        self.cpu_s = 0.0
+
+    @property
+    def active(self) -> bool:
+        """Whether it does anything (else the source is used as it is)."""
+        return bool(self.reference is not None or self.suppressor or self.gain)
+
+    def process(self, block: Samples, captured: float | None = None,
+                lost: bool = False) -> tuple[Samples, Samples]:
+        """Cleaned samples and the reference as heard at them; `captured` is the monotonic time the
+        block arrived less its duration (None: a file, with no playback to cancel); `lost`: audio
+        was dropped before this block."""
+        started = time.thread_time()
+        if captured is not None and self.reference is not None:
+            self._anchor(captured, block.size, lost)
+        data = np.concatenate([self._carry, block]) if self._carry.size else block
+        usable = data.size - data.size % FRAME
+        self._carry = data[usable:].copy()
+        out = np.empty(usable, dtype=np.float32)
+        heard = np.zeros(usable, dtype=np.float32)
+        behind = self._behind(usable)
+        for i in range(0, usable, FRAME):
+            frame = data[i:i + FRAME]
+            if behind:
+                self.skipped += 1
+                out[i:i + FRAME] = frame
+                continue
+            out[i:i + FRAME], heard[i:i + FRAME] = self._frame(frame, i)
+        if self._position is not None:
+            self._position += usable
+        self.cpu_s += time.thread_time() - started
+        return out, heard
+
+    def flush(self) -> Samples:
+        """What waits for a full frame, unprocessed (the source ended)."""
+        tail, self._carry = self._carry, np.zeros(0, dtype=np.float32)
+        return tail
+
+    def _frame(self, frame: Samples, offset: int) -> tuple[Samples, Samples]:
+        heard = _SILENT
+        if self.reference is not None and self._position is not None:
+            ref = self.reference.read(self._position + offset, FRAME)
+            if self.echo is not None:
+                frame = self.echo.process(frame, ref)
+                heard = self.echo.aligned(FRAME)
+            else:
+                heard = ref
+        if self.gain is not None:
+            frame = self.gain.process(frame)
+        if self.suppressor is not None:
+            frame = self.suppressor.process(frame)
+        return frame, heard
+
+    def _anchor(self, captured: float, size: int, lost: bool) -> None:
+        """Keep the microphone's sample clock on the timeline.
+
+        A block arrives no earlier than it was recorded, and later by however long its consumer
+        was busy: the least late block is the truth. So an earlier arrival than the sample clock
+        predicts moves the clock back at once, while a later one (a busy consumer, a sound card
+        running slower than the monotonic clock) moves it on only by the least lateness of a
+        whole `ANCHOR_PERIOD_S`. Lost audio (the source's overflow count rose) re-anchors at once.
+        """
+        assert self.reference is not None
+        measured = self.reference.index(captured) - self._carry.size
+        if self._position is None or lost:
+            self._position, self._slack, self._period = measured, None, 0
+            return
+        late = measured - self._position
+        if late < -FRAME:  # within a frame is the clocks' rounding, not news
+            self._position, late = measured, 0
+        self._slack = late if self._slack is None else min(self._slack, late)
+        self._period += size
+        if self._period >= ANCHOR_PERIOD_S * TARGET_RATE:
+            if self._slack > FRAME:
+                log.info("microphone clock moved on by %.0f ms", self._slack / TARGET_RATE * 1000)
+                self._position += self._slack
+            self._slack, self._period = None, 0
+
+    def _behind(self, usable: int) -> bool:
+        if self.reference is None or self._position is None:
+            return False
+        now = self.reference.index(self.reference.clock())
+        return now - (self._position + usable) > BEHIND_S * TARGET_RATE
+
+    def close(self) -> None:
+        if self.echo is not None:
+            self.echo.close()
+
+
+_SILENT = np.zeros(FRAME, dtype=np.float32)
+
+
+class FrontEndSource:
+    """An `AudioSource` whose blocks went through a `FrontEnd`."""
+
+    def __init__(self, source: AudioSource, front_end: FrontEnd,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.source = source
+        self.front_end = front_end
+        self.sample_rate = source.sample_rate
+        self.live = source.live
+        ref = front_end.reference
+        self._clock = clock or (ref.clock if ref is not None else time.monotonic)
+
+    def blocks(self) -> Iterator[Samples]:
+        front = self.front_end
+        overflows = getattr(self.source, "overflows", 0)
+        for block in self.source.blocks():
+            # A live block arrives as its last sample is recorded, or later.
+            captured = self._clock() - block.size / TARGET_RATE if self.live else None
+            dropped = getattr(self.source, "overflows", 0)
+            out, heard = front.process(block, captured, lost=dropped != overflows)
+            overflows = dropped
+            for tap in front.taps:
+                tap(heard)
+            if out.size:
+                yield out
+        tail = front.flush()
+        for tap in front.taps:
+            tap(np.zeros(tail.size, dtype=np.float32))
+        if tail.size:
+            yield tail
+
+    def close(self) -> None:
+        # The front end itself is left to the garbage collector: `close` may come from another
+        # thread while a block is still being processed.
+        self.source.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # Whatever else the wrapped source offers (a device name, overflow counts).
+        return getattr(self.source, name)
