@@ -24,9 +24,11 @@ REGISTER_TIMEOUT_S = 10.0
 """mDNS probing takes about a second; a network that swallows it must not hold up the start."""
 
 
-def label(device_id: str) -> str:
-    """`device_id` as an mDNS label: at most 63 bytes, no dots."""
-    return device_id.replace(".", "-").encode("utf-8")[:63].decode("utf-8", "ignore")
+def label(device_id: str, suffix: str = "") -> str:
+    """`device_id` as an mDNS label (at most 63 bytes, no dots); `suffix` is kept whole, so two
+    endpoints of one device never share a name."""
+    room = 63 - len(suffix.encode("utf-8"))
+    return device_id.replace(".", "-").encode("utf-8")[:room].decode("utf-8", "ignore") + suffix
 
 
 def addresses_for(host: str) -> list[str]:
@@ -42,9 +44,9 @@ class Advertisement:
     """One registered service instance; `start` registers it, `stop` says goodbye."""
 
     def __init__(self, service_type: str, device_id: str, host: str, port: int,
-                 properties: Mapping[str, str], *, hostname: str | None = None) -> None:
+                 properties: Mapping[str, str], *, suffix: str = "", hostname: str | None = None) -> None:
         self.service_type = service_type
-        self.name = f"{label(device_id)}.{service_type}"
+        self.name = f"{label(device_id, suffix)}.{service_type}"
         self.host = host
         self.port = port
         self.properties = dict(properties)

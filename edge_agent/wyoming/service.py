@@ -14,9 +14,10 @@ from edge_agent.asr.listener import Transcriber
 from edge_agent.asr.whisper import WhisperOnnx, resolve_export_dir
 from edge_agent.config import Settings, parse_uri
 from edge_agent.errors import EdgeError
+from edge_agent.mdns import Advertisement
 from edge_agent.providers import for_use
 from edge_agent.tts.voice import Synthesizer
-from edge_agent.wyoming.advertise import Advertisement
+from edge_agent.wyoming.advertise import advertisement
 from edge_agent.wyoming.asr import AsrService
 from edge_agent.wyoming.satellite import SatelliteService
 from edge_agent.wyoming.server import Services, WyomingServer
@@ -62,10 +63,10 @@ class Endpoint:
         endpoint = parse_uri(self.uri, ("tcp",))
         self.address = host, port = await self.server.start(endpoint.host, endpoint.port)
         if self.settings.wyoming.zeroconf:
-            advertisement = Advertisement(self.settings.device.resolved_id, endpoint.host, port, self.suffix)
+            advertised = advertisement(self.settings.device.resolved_id, endpoint.host, port, self.suffix)
             try:
-                await advertisement.start()
-                self.advertisement = advertisement
+                await advertised.start()
+                self.advertisement = advertised
             except Exception as exc:
                 log.warning("wyoming: zeroconf advertisement failed (%s); add the device in Home "
                             "Assistant by host and port %d", exc, port)
