@@ -58,20 +58,6 @@ class InProcess:
         assert not self.thread.is_alive()
 
 
-@pytest.fixture
-def everything(broker: Any) -> Any:
-    w = Watcher(broker.url, topic="#")
-    yield w
-    w.close()
-
-
-@pytest.fixture
-def producer(broker: Any) -> Any:
-    p = Producer(broker.url)
-    yield p
-    p.close()
-
-
 def _render_notify(message: str, stamp: str) -> bytes:
     """What Home Assistant sends for `message` with our template (its Jinja, done by hand)."""
     assert NOTIFY_TEMPLATE.startswith('{"id": "ha-{{ now().timestamp()')

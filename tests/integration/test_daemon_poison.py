@@ -42,20 +42,6 @@ class InProcess:
         assert not self.thread.is_alive()
 
 
-@pytest.fixture
-def everything(broker: Any) -> Any:
-    w = Watcher(broker.url, topic="#")
-    yield w
-    w.close()
-
-
-@pytest.fixture
-def producer(broker: Any) -> Any:
-    p = Producer(broker.url)
-    yield p
-    p.close()
-
-
 def _raw(doc: str) -> bytes:
     return doc.encode()
 

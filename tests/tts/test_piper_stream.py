@@ -26,15 +26,6 @@ LONG = ("The washing machine in the basement has finished its cycle and the clot
         "moved to the dryer right away so that they do not start to smell before tomorrow morning.")
 
 
-@pytest.fixture(scope="module")
-def model(shared_cache: Path) -> Path:
-    files = ModelStore(shared_cache, load_catalog()).require(VOICE)
-    return files.path(files.entry.files[0].name)
-
-
-@pytest.fixture(scope="module")
-def prepared(model: Path, tmp_path_factory: pytest.TempPathFactory) -> vits.Prepared:
-    return vits.prepare(model, tmp_path_factory.mktemp("prepared") / "joe")
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
-from edge_agent.models import ModelStore, load_catalog
 from edge_agent.runtime import cpu_fingerprint
 from edge_agent.tts import inuse, vits
 from edge_agent.tts.piper import PiperVoice
@@ -20,15 +17,6 @@ OLD, NEW = "ort1.31.0-x86_64-test", "ort1.32.0-x86_64-test"
 """Two onnxruntime versions' fingerprints (the files are real optimized copies for this CPU)."""
 
 
-@pytest.fixture(scope="module")
-def model(shared_cache: Path) -> Path:
-    files = ModelStore(shared_cache, load_catalog()).require(VOICE)
-    return files.path(files.entry.files[0].name)
-
-
-@pytest.fixture(scope="module")
-def prepared(model: Path, tmp_path_factory: pytest.TempPathFactory) -> vits.Prepared:
-    return vits.prepare(model, tmp_path_factory.mktemp("cache") / "joe")
 
 
 class OtherProcess:
