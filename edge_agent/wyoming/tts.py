@@ -30,9 +30,9 @@ from edge_agent import __version__
 from edge_agent.audio.frames import AudioChunk, Samples
 from edge_agent.audio.resample import resample
 from edge_agent.config import Settings
-from edge_agent.offload.breaker import BreakerState
-from edge_agent.offload.client import OffloadClient
-from edge_agent.offload.router import SynthRouter
+from edge_agent.offload.client.breaker import BreakerState
+from edge_agent.offload.client.connection import OffloadClient
+from edge_agent.offload.client.router import SynthRouter
 from edge_agent.tts.sentences import split_complete
 from edge_agent.tts.voice import Synthesizer
 from edge_agent.wyoming.audio import Refused, chunk_events, start_event

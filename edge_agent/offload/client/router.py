@@ -24,8 +24,7 @@ from edge_agent.audio.frames import AudioChunk
 from edge_agent.audio.resample import resample
 from edge_agent.config import OffloadSettings, Settings, TtsSettings
 from edge_agent.models.store import ModelStore
-from edge_agent.offload.auth import load_psk
-from edge_agent.offload.client import (
+from edge_agent.offload.client.connection import (
     OffloadClient,
     RemoteError,
     RemoteSentence,
@@ -33,11 +32,12 @@ from edge_agent.offload.client import (
     RemoteTimeout,
     Unavailable,
 )
-from edge_agent.offload.codecs import opus_rate
-from edge_agent.offload.messages import Codec
-from edge_agent.offload.pool import ServerPool
-from edge_agent.offload.protocol import ErrorCode
-from edge_agent.offload.transport import OffloadError
+from edge_agent.offload.client.pool import ServerPool
+from edge_agent.offload.wire.auth import load_psk
+from edge_agent.offload.wire.codecs import opus_rate
+from edge_agent.offload.wire.framing import ErrorCode
+from edge_agent.offload.wire.messages import Codec
+from edge_agent.offload.wire.transport import OffloadError
 from edge_agent.providers import for_use
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry

@@ -31,8 +31,8 @@ from collections.abc import Collection
 
 from edge_agent.config import Endpoint, OffloadSettings, parse_uri
 from edge_agent.errors import TIMEOUTS
-from edge_agent.offload.breaker import BreakerState
-from edge_agent.offload.client import ClientLoop, OffloadClient
+from edge_agent.offload.client.breaker import BreakerState
+from edge_agent.offload.client.connection import ClientLoop, OffloadClient
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ import pytest
 from offload_helpers import PIPER, free_port, make_router, only_client, spoken
 from waiting import wait_until
 
-from edge_agent.offload.breaker import BreakerState
-from edge_agent.offload.transport import OffloadError
+from edge_agent.offload.client.breaker import BreakerState
+from edge_agent.offload.wire.transport import OffloadError
 
 TEXT = "The washing machine has finished. Please move the clothes to the dryer. Thank you."
 LONG = " ".join(f"This is sentence number {n} of the evening announcement." for n in
@@ -172,7 +172,7 @@ def test_listener_stopping_early_cancels_the_remote_stream(serve, local_synth):
 
 
 def test_audio_piling_up_unread_fails_the_stream_over_to_local(serve, local_synth, monkeypatch):
-    from edge_agent.offload.client import RemoteStream
+    from edge_agent.offload.client.connection import RemoteStream
 
     monkeypatch.setattr(RemoteStream, "MAX_BUFFERED", 10_000)
     server = serve()

@@ -27,10 +27,16 @@ from edge_agent import __version__
 from edge_agent.audio.frames import Samples
 from edge_agent.config import Endpoint, OffloadSettings, parse_uri
 from edge_agent.errors import TIMEOUTS
-from edge_agent.offload import auth
-from edge_agent.offload.breaker import Backoff, CircuitBreaker
-from edge_agent.offload.codecs import SentenceDecoder, available_codecs
-from edge_agent.offload.messages import (
+from edge_agent.offload.client.breaker import Backoff, CircuitBreaker
+from edge_agent.offload.wire import auth
+from edge_agent.offload.wire.codecs import SentenceDecoder, available_codecs
+from edge_agent.offload.wire.framing import (
+    MAX_STREAM_ID,
+    AuthenticationFailed,
+    ProtocolError,
+    UnexpectedMessage,
+)
+from edge_agent.offload.wire.messages import (
     Audio,
     Auth,
     Cancel,
@@ -50,13 +56,7 @@ from edge_agent.offload.messages import (
     codec_mask,
     codecs_in,
 )
-from edge_agent.offload.protocol import (
-    MAX_STREAM_ID,
-    AuthenticationFailed,
-    ProtocolError,
-    UnexpectedMessage,
-)
-from edge_agent.offload.transport import (
+from edge_agent.offload.wire.transport import (
     ConnectionClosed,
     FramedConnection,
     OffloadError,
