@@ -172,7 +172,7 @@ def test_listener_stopping_early_cancels_the_remote_stream(serve, local_synth):
 
 
 def test_audio_piling_up_unread_fails_the_stream_over_to_local(serve, local_synth, monkeypatch):
-    from edge_agent.offload.client.connection import RemoteStream
+    from edge_agent.offload.client.stream import RemoteStream
 
     monkeypatch.setattr(RemoteStream, "MAX_BUFFERED", 10_000)
     server = serve()

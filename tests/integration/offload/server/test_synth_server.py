@@ -15,7 +15,8 @@ from waiting import wait_until
 
 from edge_agent.config import Endpoint, ServerSettings
 from edge_agent.errors import ConfigError
-from edge_agent.offload.client.connection import ClientConnection, RemoteError, Unavailable
+from edge_agent.offload.client.connection import ClientConnection
+from edge_agent.offload.client.errors import RemoteError, Unavailable
 from edge_agent.offload.server.synth_server import SynthServer, check_key
 from edge_agent.offload.wire import messages as m
 from edge_agent.offload.wire.codecs import SentenceDecoder
