@@ -87,7 +87,7 @@ from edge_agent.metrics import Metrics
 from edge_agent.models import ModelStore, load_catalog
 from edge_agent.mqtt.bridge import KEEP, KEEP_LEAST, KEEP_MOST, Bridge, Message
 from edge_agent.mqtt.topics import Topics
-from edge_agent.offload.client.router import make_synthesizer
+from edge_agent.offload.client import make_synthesizer
 from edge_agent.providers import for_use
 from edge_agent.text.wer import words
 from edge_agent.tts.local import LocalSynthesizer
