@@ -207,6 +207,19 @@ class ServerPool:
                 return client
         return None
 
+    def voices(self) -> dict[str, bool]:
+        """Each voice a connected server offers -> whether one offering it takes streams now (its
+        breaker not open; asking `allow` would spend a half-open probe)."""
+        found: dict[str, bool] = {}
+        for client in self.clients:
+            conn = client.connection
+            if conn is None:
+                continue
+            usable = client.breaker.state is not BreakerState.OPEN
+            for voice in conn.info.voices:
+                found[voice] = found.get(voice, False) or usable
+        return found
+
     def why_none(self, voice: str) -> str:
         """Why `choose` found no server: for the log line of a local fallback."""
         clients = self.clients

@@ -36,7 +36,7 @@ from edge_agent.offload.wire.transport import OffloadError
 from edge_agent.providers import for_use
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
-from edge_agent.tts.voice import Voice, synthesize_sentences
+from edge_agent.tts.voice import Voice, VoiceOffer, synthesize_sentences
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,17 @@ class SynthRouter:
     @property
     def remote_enabled(self) -> bool:
         return self.pool is not None and self.settings.policy != "local"
+
+    def offers(self) -> list[VoiceOffer]:
+        """The local voice; with remote synthesis on, also every voice a connected server offers and
+        the configured `offload.voice` (unreachable while no connected server offers it)."""
+        offers = self.local.offers()
+        if self.pool is None or not self.remote_enabled:
+            return offers
+        served = self.pool.voices()
+        if self.settings.voice:
+            served.setdefault(self.settings.voice, False)
+        return offers + [VoiceOffer(voice, "remote", ok) for voice, ok in served.items()]
 
     def unload_idle(self) -> list[str]:
         """Free local voices unused for `tts.idle_unload_s`."""
