@@ -92,7 +92,7 @@ from edge_agent.models import ModelStore, load_catalog
 from edge_agent.mqtt.bridge import Bridge
 from edge_agent.mqtt.outbox import KEEP, KEEP_LEAST, KEEP_MOST, Message
 from edge_agent.mqtt.topics import Topics
-from edge_agent.offload.router import make_synthesizer
+from edge_agent.offload.client import make_synthesizer
 from edge_agent.providers import for_use
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry

@@ -212,6 +212,7 @@ import numpy as np  # noqa: E402
 
 from edge_agent.announce.message import Announcement  # noqa: E402
 from edge_agent.audio.frames import AudioChunk  # noqa: E402
+from edge_agent.tts.voice import VoiceOffer  # noqa: E402
 
 
 class ToneSynth:
@@ -239,6 +240,9 @@ class ToneSynth:
 
     def sample_rate(self, voice: str | None = None) -> int:
         return self.rate
+
+    def offers(self) -> list[VoiceOffer]:
+        return [VoiceOffer("tone", "local", True)]
 
     def unload_idle(self) -> list[str]:
         return []  # it loads no voice

@@ -7,7 +7,9 @@ cycle among edge_agent modules; `audio/` is the ground and imports none of the f
 its own (no VAD, ASR, voice or transport); `text/` imports only itself; `announce/` knows no
 transport and no trigger; the Wyoming, Hermes and Home Assistant adapters do not import each
 other, nor does the MQTT transport import them; the device runtime never imports the exporter or
-torch.
+torch. `offload/` is cut by side: the wire format imports neither side (and of ours only `audio/` and
+`errors`), the client and server sides do not import each other, and the rest of the package
+reaches offload only through its public side packages (`edge_agent/offload/__init__.py` says why).
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ FLOWS = (*HEARING, *SPEAKING, "listen", "mqtt", *ADAPTERS, "announce", "offload"
 NEVER = ("exporters", "torch", "torchaudio", "whisper", "silero_vad")
 """Top-level packages the runtime must not import: the exporter, and what pulls torch in
 (openai-whisper's `whisper`, the `silero_vad` package; the runtime reads Silero's ONNX file)."""
+OFFLOAD = "edge_agent.offload"
+WIRE, CLIENT, SERVER = (f"{OFFLOAD}.{side}" for side in ("wire", "client", "server"))
+OFFLOAD_PUBLIC = frozenset({OFFLOAD, WIRE, CLIENT, SERVER})
+"""What code outside `offload/` may import: the side packages, whose `__all__` are the entry points."""
+MEASURES_INTERNALS = ("edge_agent.bench",)
+"""Benchmarks, like tests, measure offload's internals (raw connections, frames); they are on their
+way out of the package to `benchmarks/`."""
 
 
 def modules(root: Path, package: str = "edge_agent") -> dict[str, Path]:
@@ -117,6 +126,15 @@ def offenders(deps: dict[str, set[str]], package: str, forbidden: tuple[str, ...
     return {name: found for name, found in bad.items() if found}
 
 
+def reaching_inside(deps: dict[str, set[str]], package: str, public: frozenset[str],
+                    exempt: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """Modules outside `package` (and `exempt`) importing a module of it that is not in `public`."""
+    bad = {name: sorted(d for d in targets if within(d, package) and d not in public)
+           for name, targets in deps.items()
+           if not within(name, package) and not any(within(name, e) for e in exempt)}
+    return {name: found for name, found in bad.items() if found}
+
+
 def ours(*names: str) -> tuple[str, ...]:
     return tuple(f"edge_agent.{n}" for n in names)
 
@@ -166,6 +184,32 @@ def test_the_runtime_never_imports_the_exporter_or_torch():
     assert offenders(DEPS, "edge_agent", NEVER) == {}
 
 
+def test_the_offload_wire_format_imports_neither_side_and_of_ours_only_audio_and_errors():
+    assert offenders(DEPS, WIRE, (CLIENT, SERVER)) == {}
+    allowed = (WIRE, "edge_agent.audio", "edge_agent.errors")
+    # Everything of ours but those, and but the packages holding `wire/` (`edge_agent`, `offload`).
+    outside = tuple(n for n in DEPS if not within(WIRE, n) and not any(within(n, a) for a in allowed))
+    assert offenders(DEPS, WIRE, outside) == {}
+
+
+def test_the_offload_client_and_server_sides_do_not_import_each_other():
+    assert offenders(DEPS, CLIENT, (SERVER,)) == {}
+    assert offenders(DEPS, SERVER, (CLIENT,)) == {}
+
+
+def test_outside_offload_only_its_public_side_packages_are_imported():
+    assert reaching_inside(DEPS, OFFLOAD, OFFLOAD_PUBLIC, MEASURES_INTERNALS) == {}
+
+
+def test_each_offload_side_names_its_entry_points_and_they_import():
+    import importlib
+
+    for side in (WIRE, CLIENT, SERVER):
+        module = importlib.import_module(side)
+        assert module.__all__, side
+        assert all(hasattr(module, name) for name in module.__all__), side
+
+
 def test_the_rules_catch_hidden_relative_and_cyclic_imports(tmp_path: Path):
     pkg = tmp_path / "edge_agent"
     (pkg / "audio").mkdir(parents=True)
@@ -180,3 +224,20 @@ def test_the_rules_catch_hidden_relative_and_cyclic_imports(tmp_path: Path):
     found = offenders(deps, "edge_agent.audio", ours("tts"))
     assert found == {"edge_agent.audio.play": ["edge_agent.tts.voice"]}
     assert offenders(deps, "edge_agent", NEVER) == {"edge_agent.tts.voice": ["torch.nn"]}
+
+
+def test_the_public_rule_catches_a_reach_into_an_offload_module(tmp_path: Path):
+    pkg = tmp_path / "edge_agent"
+    (pkg / "offload" / "client").mkdir(parents=True)
+    (pkg / "wyoming").mkdir()
+    for init in (pkg, pkg / "offload", pkg / "offload" / "client", pkg / "wyoming"):
+        (init / "__init__.py").write_text("")
+    (pkg / "offload" / "client" / "router.py").write_text("")
+    (pkg / "offload" / "client" / "__init__.py").write_text("from .router import make\n")
+    (pkg / "wyoming" / "ok.py").write_text("from edge_agent.offload.client import make\n")
+    hidden = "def f():\n    from edge_agent.offload.client.router import make\n"
+    (pkg / "wyoming" / "tts.py").write_text(hidden)
+    deps = graph(tmp_path)
+    found = reaching_inside(deps, OFFLOAD, OFFLOAD_PUBLIC)
+    assert found == {"edge_agent.wyoming.tts": ["edge_agent.offload.client.router"]}
+    assert reaching_inside(deps, OFFLOAD, OFFLOAD_PUBLIC, ("edge_agent.wyoming",)) == {}

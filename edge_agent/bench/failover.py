@@ -35,10 +35,10 @@ from edge_agent.bench.report import emit, machine
 from edge_agent.bench.serveproc import ServeProcess
 from edge_agent.commands.context import Context
 from edge_agent.config import OffloadSettings
-from edge_agent.offload.client import OffloadClient
-from edge_agent.offload.messages import Codec
-from edge_agent.offload.pool import ListedOrder, ServerPool
-from edge_agent.offload.router import SynthRouter
+from edge_agent.offload.client.connection import OffloadClient
+from edge_agent.offload.client.pool import ListedOrder, ServerPool
+from edge_agent.offload.client.router import SynthRouter
+from edge_agent.offload.wire.messages import Codec
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
 

@@ -32,8 +32,8 @@ from typing import Any
 
 from edge_agent.config import Endpoint, parse_uri
 from edge_agent.errors import TIMEOUTS
-from edge_agent.offload import messages as m
-from edge_agent.offload.client import ClientConnection
+from edge_agent.offload.client.connection import ClientConnection
+from edge_agent.offload.wire import messages as m
 
 PIPER = "en_US-joe-medium"
 SENTENCE = ("The front door is open.",)

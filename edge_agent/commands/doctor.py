@@ -19,8 +19,8 @@ from edge_agent.audio.sinks import AudioUnavailable, import_sounddevice
 from edge_agent.commands.context import Context
 from edge_agent.config import parse_uri
 from edge_agent.errors import EdgeError, ModelError
-from edge_agent.offload.auth import PSK_ENV, load_psk
 from edge_agent.offload.client import probe
+from edge_agent.offload.wire import PSK_ENV, load_psk
 from edge_agent.providers import Use, available, for_use, running_on
 from edge_agent.tts.registry import VoiceRegistry
 

@@ -117,7 +117,7 @@ def _run_routed(args: argparse.Namespace, ctx: Context, text: str) -> int:
 
     # The offload client (asyncio streams, TLS, the protocol: ~70 modules) only when synthesis may
     # go remote; a local `say` is mostly start-up and skips it.
-    from edge_agent.offload.router import make_synthesizer
+    from edge_agent.offload.client import make_synthesizer
 
     router = make_synthesizer(settings, ctx.store)
     try:

@@ -13,11 +13,8 @@ from edge_agent.commands.context import Context
 from edge_agent.config import ServerSettings, TtsSettings
 from edge_agent.logs import setup_logging
 from edge_agent.models.store import ModelStore
-from edge_agent.offload.auth import load_psk
-from edge_agent.offload.metrics import ServerMetrics
-from edge_agent.offload.monitoring import Monitor
-from edge_agent.offload.server import SynthServer, check_key
-from edge_agent.offload.transport import server_tls_context
+from edge_agent.offload.server import Monitor, ServerMetrics, SynthServer, check_key
+from edge_agent.offload.wire import load_psk, server_tls_context
 from edge_agent.providers import CPU, Accelerator, for_use
 from edge_agent.tts import kokoro
 from edge_agent.tts.registry import VoiceRegistry

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from edge_agent.audio.frames import AudioChunk
 from edge_agent.config import TtsSettings
 from edge_agent.tts.registry import VoiceRegistry
-from edge_agent.tts.voice import synthesize
+from edge_agent.tts.voice import VoiceOffer, synthesize
 
 
 class LocalSynthesizer:
@@ -19,6 +19,10 @@ class LocalSynthesizer:
 
     def sample_rate(self, voice: str | None = None) -> int:
         return self.voices.get(voice or self.settings.voice).sample_rate
+
+    def offers(self) -> list[VoiceOffer]:
+        """The configured voice: the one this synthesizer speaks when asked for none."""
+        return [VoiceOffer(self.settings.voice, "local", True)]
 
     def unload_idle(self) -> list[str]:
         """Free voices unused for `tts.idle_unload_s`."""

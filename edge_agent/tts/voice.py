@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -33,6 +34,18 @@ class Voice(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class VoiceOffer:
+    """A voice a synthesizer offers, the engine that has it, and whether that engine can speak now."""
+
+    id: str
+    engine: str
+    """`local` (this process) or `remote` (a synthesis server), as `AudioChunk.engine` says."""
+    reachable: bool
+    """It can speak with this voice now: a local voice always; a server's while a connected server
+    offers it and is not shut out by its circuit breaker."""
+
+
 class Synthesizer(Protocol):
     """Text in, a stream of chunks out, whichever engine does the work."""
 
@@ -42,6 +55,11 @@ class Synthesizer(Protocol):
 
     def sample_rate(self, voice: str | None = None) -> int:
         """The rate `stream` speaks `voice` at when it speaks locally (an empty text still has one)."""
+        ...
+
+    def offers(self) -> list[VoiceOffer]:
+        """The voices on offer, each with whether it is reachable now; asking costs nothing (no
+        connection, no probe a circuit breaker would count)."""
         ...
 
     def unload_idle(self) -> list[str]:

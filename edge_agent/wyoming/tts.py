@@ -30,9 +30,6 @@ from edge_agent import __version__
 from edge_agent.audio.frames import AudioChunk, Samples
 from edge_agent.audio.resample import resample
 from edge_agent.config import Settings
-from edge_agent.offload.breaker import BreakerState
-from edge_agent.offload.client import OffloadClient
-from edge_agent.offload.router import SynthRouter
 from edge_agent.tts.sentences import split_complete
 from edge_agent.tts.voice import Synthesizer
 from edge_agent.wyoming.audio import Refused, chunk_events, start_event
@@ -56,20 +53,14 @@ class OfferedVoice:
 
 
 def offered_voices(synth: Synthesizer, settings: Settings) -> list[OfferedVoice]:
-    """The local voice, and the synthesis server's voice while it is configured and healthy."""
+    """The local voice, and the synthesis server's voice while it is configured and reachable."""
     voices = [OfferedVoice(settings.tts.voice, "on this device", ("en_US",))]
 
     remote = settings.offload.voice
-    if (isinstance(synth, SynthRouter) and synth.remote_enabled and synth.pool is not None and remote
-            and remote != settings.tts.voice and any(_offers(c, remote) for c in synth.pool.clients)):
+    if remote and remote != settings.tts.voice and any(
+            o.id == remote and o.engine == "remote" and o.reachable for o in synth.offers()):
         voices.append(OfferedVoice(remote, "on a synthesis server (falls back to this device)", ("en_US",)))
     return voices
-
-
-def _offers(client: OffloadClient, voice: str) -> bool:
-    """Connected, offering `voice`, breaker not open (asking `allow` would spend a half-open probe)."""
-    conn = client.connection
-    return conn is not None and voice in conn.info.voices and client.breaker.state is not BreakerState.OPEN
 
 
 def program(voices: list[OfferedVoice]) -> TtsProgram:

@@ -8,10 +8,10 @@ from collections import defaultdict
 
 from edge_agent.bench.serveproc import ServeProcess
 from edge_agent.config import OffloadSettings
-from edge_agent.offload.pool import ListedOrder as InOrder
-from edge_agent.offload.pool import ServerPool
-from edge_agent.offload.router import SynthRouter
-from edge_agent.offload.server import ServerThread
+from edge_agent.offload.client.pool import ListedOrder as InOrder
+from edge_agent.offload.client.pool import ServerPool
+from edge_agent.offload.client.router import SynthRouter
+from edge_agent.offload.server.synth_server import ServerThread
 
 PSK = b"integration-test-key-0123456789"
 PIPER = "en_US-joe-medium"
@@ -43,9 +43,9 @@ class ScriptedServer:
     def __init__(self, script: str, psk: bytes = PSK, voice: str = "kokoro-82m", rate: int = 22050) -> None:
         import numpy as np
 
-        from edge_agent.offload import auth
-        from edge_agent.offload import messages as m
-        from edge_agent.offload.protocol import FrameDecoder
+        from edge_agent.offload.wire import auth
+        from edge_agent.offload.wire import messages as m
+        from edge_agent.offload.wire.framing import FrameDecoder
 
         self.script = script
         self.requests: list[m.Synth] = []

@@ -117,8 +117,8 @@ def test_sigterm_mid_stream_finishes_the_stream_then_exits(serve_process):
     import signal
 
     from edge_agent.config import Endpoint
-    from edge_agent.offload import messages as m
-    from edge_agent.offload.client import ClientConnection
+    from edge_agent.offload.client.connection import ClientConnection
+    from edge_agent.offload.wire import messages as m
 
     server = serve_process(PIPER, extra=("--set", "server.shutdown_grace_s=120"))
     text = tuple(f"Sentence {n} of a message that is still being read." for n in range(8))
@@ -178,7 +178,7 @@ def test_say_remote_with_more_text_than_one_request_holds_sends_several(serve_pr
 
 
 def test_request_end_keeps_each_request_within_the_servers_limits():
-    from edge_agent.offload.router import request_end
+    from edge_agent.offload.client.router import request_end
 
     sentences = ["abc", "défg", "h" * 10, "i"]
     assert request_end(sentences, 0, max_chars=7, max_bytes=1000) == 2

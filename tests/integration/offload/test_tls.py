@@ -16,9 +16,10 @@ from offload_helpers import PIPER, PSK, make_router, spoken
 
 from edge_agent.config import Endpoint
 from edge_agent.errors import ConfigError
-from edge_agent.offload import messages as m
-from edge_agent.offload.client import ClientConnection, Unavailable
-from edge_agent.offload.transport import OffloadError, client_tls_context, server_tls_context
+from edge_agent.offload.client.connection import ClientConnection
+from edge_agent.offload.client.errors import Unavailable
+from edge_agent.offload.wire import messages as m
+from edge_agent.offload.wire.transport import OffloadError, client_tls_context, server_tls_context
 
 
 def _name(cn: str) -> x509.Name:

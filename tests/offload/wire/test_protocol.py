@@ -3,8 +3,8 @@ import tracemalloc
 
 import pytest
 
-from edge_agent.offload import messages as m
-from edge_agent.offload.protocol import (
+from edge_agent.offload.wire import messages as m
+from edge_agent.offload.wire.framing import (
     HEADER_SIZE,
     BadFlags,
     BadMagic,

@@ -10,7 +10,7 @@ import pytest
 from offload_helpers import PIPER, make_router, spoken
 from prometheus_client.parser import text_string_to_metric_families
 
-from edge_agent.offload.monitoring import Monitor
+from edge_agent.offload.server.http_monitor import Monitor
 
 TEXT = "The washing machine has finished. Please move the clothes to the dryer. Thank you."
 
@@ -87,7 +87,7 @@ def test_auth_failures_and_busy_answers_are_counted(serve, local_synth):
         try:
             router.pool.wait_ready(10)
             client = router.pool.clients[0]
-            from edge_agent.offload.messages import Codec
+            from edge_agent.offload.wire.messages import Codec
 
             held = client.open_stream(TEXT.split(". "), PIPER, Codec.PCM16)  # fills the queue of one
             refused = client.open_stream(["One more."], PIPER, Codec.PCM16)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from edge_agent.errors import TIMEOUTS, ConfigError
-from edge_agent.offload.metrics import ServerMetrics
+from edge_agent.offload.server.server_metrics import ServerMetrics
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

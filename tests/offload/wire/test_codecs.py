@@ -1,15 +1,15 @@
 import numpy as np
 import pytest
 
-from edge_agent.offload.codecs import (
+from edge_agent.offload.wire.codecs import (
     OPUS_RATES,
     SentenceDecoder,
     SentenceEncoder,
     available_codecs,
     opus_rate,
 )
-from edge_agent.offload.messages import Codec
-from edge_agent.offload.protocol import MalformedPayload
+from edge_agent.offload.wire.framing import MalformedPayload
+from edge_agent.offload.wire.messages import Codec
 
 needs_opus = pytest.mark.skipif(Codec.OPUS not in available_codecs(), reason="libopus not loadable")
 

@@ -8,9 +8,9 @@ from mqtt_support import wait_until
 from offload_helpers import PIPER, PSK, InOrder, free_port, make_router, spoken
 
 from edge_agent.config import OffloadSettings
-from edge_agent.offload.client import OffloadClient
-from edge_agent.offload.messages import Codec
-from edge_agent.offload.pool import ServerPool
+from edge_agent.offload.client.connection import OffloadClient
+from edge_agent.offload.client.pool import ServerPool
+from edge_agent.offload.wire.messages import Codec
 
 TEXT = "The washing machine has finished. Please move the clothes to the dryer. Thank you."
 LONG = " ".join(f"This is sentence number {n} of the evening announcement." for n in

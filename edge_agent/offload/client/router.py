@@ -24,24 +24,19 @@ from edge_agent.audio.frames import AudioChunk
 from edge_agent.audio.resample import resample
 from edge_agent.config import OffloadSettings, Settings, TtsSettings
 from edge_agent.models.store import ModelStore
-from edge_agent.offload.auth import load_psk
-from edge_agent.offload.client import (
-    OffloadClient,
-    RemoteError,
-    RemoteSentence,
-    RemoteStream,
-    RemoteTimeout,
-    Unavailable,
-)
-from edge_agent.offload.codecs import opus_rate
-from edge_agent.offload.messages import Codec
-from edge_agent.offload.pool import ServerPool
-from edge_agent.offload.protocol import ErrorCode
-from edge_agent.offload.transport import OffloadError
+from edge_agent.offload.client.connection import OffloadClient
+from edge_agent.offload.client.errors import RemoteError, RemoteTimeout, Unavailable
+from edge_agent.offload.client.pool import ServerPool
+from edge_agent.offload.client.stream import RemoteSentence, RemoteStream
+from edge_agent.offload.wire.auth import load_psk
+from edge_agent.offload.wire.codecs import opus_rate
+from edge_agent.offload.wire.framing import ErrorCode
+from edge_agent.offload.wire.messages import Codec
+from edge_agent.offload.wire.transport import OffloadError
 from edge_agent.providers import for_use
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
-from edge_agent.tts.voice import Voice, synthesize_sentences
+from edge_agent.tts.voice import Voice, VoiceOffer, synthesize_sentences
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +71,17 @@ class SynthRouter:
     @property
     def remote_enabled(self) -> bool:
         return self.pool is not None and self.settings.policy != "local"
+
+    def offers(self) -> list[VoiceOffer]:
+        """The local voice; with remote synthesis on, also every voice a connected server offers and
+        the configured `offload.voice` (unreachable while no connected server offers it)."""
+        offers = self.local.offers()
+        if self.pool is None or not self.remote_enabled:
+            return offers
+        served = self.pool.voices()
+        if self.settings.voice:
+            served.setdefault(self.settings.voice, False)
+        return offers + [VoiceOffer(voice, "remote", ok) for voice, ok in served.items()]
 
     def unload_idle(self) -> list[str]:
         """Free local voices unused for `tts.idle_unload_s`."""

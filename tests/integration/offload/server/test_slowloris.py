@@ -9,9 +9,9 @@ from offload_helpers import PIPER, PSK
 from waiting import wait_until
 
 from edge_agent.bench.slowloris import measure
-from edge_agent.offload import auth
-from edge_agent.offload import messages as m
-from edge_agent.offload.protocol import FrameDecoder
+from edge_agent.offload.wire import auth
+from edge_agent.offload.wire import messages as m
+from edge_agent.offload.wire.framing import FrameDecoder
 
 
 class RawClient:

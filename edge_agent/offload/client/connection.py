@@ -3,7 +3,7 @@
 `ClientConnection` is the asyncio core (connect, handshake, multiplexed
 streams, pings). `OffloadClient` keeps one alive from a background event-loop
 thread (reconnecting with jittered backoff, pinging, feeding the circuit
-breaker) and hands synchronous `RemoteStream`s to the synthesizing thread.
+breaker) and hands synchronous `RemoteStream`s (`stream.py`) to the synthesizing thread.
 """
 
 from __future__ import annotations
@@ -13,24 +13,28 @@ import concurrent.futures
 import contextlib
 import itertools
 import logging
-import queue
 import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from edge_agent import __version__
-from edge_agent.audio.frames import Samples
 from edge_agent.config import Endpoint, OffloadSettings, parse_uri
 from edge_agent.errors import TIMEOUTS
-from edge_agent.offload import auth
-from edge_agent.offload.breaker import Backoff, CircuitBreaker
-from edge_agent.offload.codecs import SentenceDecoder, available_codecs
-from edge_agent.offload.messages import (
+from edge_agent.offload.client.breaker import Backoff, CircuitBreaker
+from edge_agent.offload.client.errors import RemoteError, RemoteTimeout, Unavailable
+from edge_agent.offload.client.stream import RemoteStream
+from edge_agent.offload.wire import auth
+from edge_agent.offload.wire.codecs import available_codecs
+from edge_agent.offload.wire.framing import (
+    MAX_STREAM_ID,
+    AuthenticationFailed,
+    ProtocolError,
+    UnexpectedMessage,
+)
+from edge_agent.offload.wire.messages import (
     Audio,
     Auth,
     Cancel,
@@ -50,13 +54,7 @@ from edge_agent.offload.messages import (
     codec_mask,
     codecs_in,
 )
-from edge_agent.offload.protocol import (
-    MAX_STREAM_ID,
-    AuthenticationFailed,
-    ProtocolError,
-    UnexpectedMessage,
-)
-from edge_agent.offload.transport import (
+from edge_agent.offload.wire.transport import (
     ConnectionClosed,
     FramedConnection,
     OffloadError,
@@ -65,23 +63,6 @@ from edge_agent.offload.transport import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class RemoteError(OffloadError):
-    """The server answered a request with ERROR."""
-
-    def __init__(self, code: int, name: str, message: str) -> None:
-        super().__init__(f"server error {name}: {message}")
-        self.code = code
-        self.name = name
-
-
-class RemoteTimeout(OffloadError):
-    """The server did not deliver in time (first-audio or sentence deadline)."""
-
-
-class Unavailable(OffloadError):
-    """No usable connection to the server right now."""
 
 
 @dataclass(frozen=True)
@@ -316,129 +297,6 @@ async def _handshake(conn: FramedConnection, psk: bytes | None, max_frame: int,
                       authenticated=psk is not None, rtt_s=rtt, max_frame=challenge.max_frame)
 
 
-# -- synchronous side ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RemoteSentence:
-    index: int
-    samples: Samples
-    sample_rate: int
-
-
-@dataclass
-class _Assembly:
-    decoder: SentenceDecoder
-    pieces: list[Samples] = field(default_factory=list)
-
-
-class RemoteStream:
-    """One utterance from the server, read sentence by sentence from a synchronous thread.
-
-    A sentence is handed out only once its last chunk has arrived: if the
-    server dies mid-sentence, that sentence was never heard and the caller
-    speaks it (and the rest) locally.
-    """
-
-    MAX_BUFFERED = 32 * 1024 * 1024
-    """Encoded audio held for a reader that does not keep up; beyond it the stream fails."""
-
-    def __init__(self, client: OffloadClient, sentences: int) -> None:
-        self._client = client
-        self.sentences = sentences
-        self.stream = 0
-        self._events: queue.Queue[Message | OffloadError] = queue.Queue()
-        self._buffered = 0
-        self._overflowed = False
-        self._format: Format | None = None
-        self._current: _Assembly | None = None
-        self._next = 0
-        self.ended = False
-        self.end: End | None = None
-
-    def deliver(self, event: Message | OffloadError) -> None:
-        """Called on the event-loop thread; bounded by `MAX_BUFFERED` bytes of audio."""
-        if self._overflowed:
-            return
-        if isinstance(event, Audio):
-            self._buffered += len(event.data)
-            if self._buffered > self.MAX_BUFFERED:
-                self._overflowed = True
-                self._client.cancel(self.stream)
-                event = OffloadError(f"more than {self.MAX_BUFFERED} bytes of audio waiting; "
-                                     "the reader is not keeping up")
-        self._events.put(event)
-
-    def next_sentence(self, timeout: float) -> RemoteSentence | None:
-        """The next complete sentence, None after END; `OffloadError` on error or timeout."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.ended:
-                return None
-            remaining = deadline - time.monotonic()
-            try:
-                event = self._events.get(timeout=max(remaining, 0.0))
-            except queue.Empty:
-                raise RemoteTimeout(f"sentence {self._next} not complete within {timeout:.2f} s") from None
-            if isinstance(event, OffloadError):
-                self.ended = True
-                raise event
-            if isinstance(event, Audio):
-                self._buffered -= len(event.data)
-            sentence = self._take(event)
-            if sentence is not None:
-                return sentence
-
-    def _take(self, message: Message) -> RemoteSentence | None:
-        if isinstance(message, Error):
-            self.ended = True
-            raise RemoteError(message.code, message.name, message.message)
-        if isinstance(message, End):
-            self.ended = True
-            self.end = message
-            if self._next < self.sentences and not message.cancelled:
-                raise OffloadError(f"server ended the stream after {self._next} of "
-                                   f"{self.sentences} sentences")
-            return None
-        if isinstance(message, Format):
-            if self._format is not None:
-                raise self._violation("second FORMAT on one stream")
-            self._format = message
-            return None
-        if not isinstance(message, Audio):
-            raise self._violation(f"unexpected {type(message).__name__}")
-        fmt = self._format
-        if fmt is None:
-            raise self._violation("AUDIO before FORMAT")
-        if message.sentence != self._next:
-            raise self._violation(f"audio for sentence {message.sentence}, expected {self._next}")
-        try:
-            if self._current is None:
-                self._current = _Assembly(SentenceDecoder(fmt.codec, fmt.sample_rate, fmt.frame_samples,
-                                                          fmt.pre_skip))
-            self._current.pieces.append(self._current.decoder.decode(message.samples, message.data))
-        except ProtocolError as exc:
-            raise self._violation(str(exc)) from None
-        if not message.last:
-            return None
-        pieces = self._current.pieces
-        self._current = None
-        index = self._next
-        self._next += 1
-        audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
-        return RemoteSentence(index, audio, fmt.sample_rate)
-
-    def _violation(self, what: str) -> OffloadError:
-        self.ended = True
-        return OffloadError(f"server sent bad audio: {what}")
-
-    def cancel(self) -> None:
-        """Tell the server to stop (no-op once the stream has ended)."""
-        if not self.ended:
-            self.ended = True
-            self._client.cancel(self.stream)
-
-
 class ClientLoop:
     """One event loop in a background thread; it holds every server connection of a device."""
 
@@ -633,7 +491,7 @@ class OffloadClient:
             raise Unavailable(self.last_error or "not connected")
         if threading.current_thread() is self._client_loop.thread:
             raise RuntimeError("open_stream must not be called on the offload loop thread")
-        remote = RemoteStream(self, len(sentences))
+        remote = RemoteStream(self.cancel, len(sentences))
         future = asyncio.run_coroutine_threadsafe(
             conn.request(remote.deliver, tuple(sentences), voice, codec, sample_rate=sample_rate,
                          deadline_ms=round(deadline_s * 1000)), self._loop)

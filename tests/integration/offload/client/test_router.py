@@ -8,8 +8,9 @@ import pytest
 from offload_helpers import PIPER, free_port, make_router, only_client, spoken
 from waiting import wait_until
 
-from edge_agent.offload.breaker import BreakerState
-from edge_agent.offload.transport import OffloadError
+from edge_agent.offload.client.breaker import BreakerState
+from edge_agent.offload.wire.transport import OffloadError
+from edge_agent.tts.voice import VoiceOffer
 
 TEXT = "The washing machine has finished. Please move the clothes to the dryer. Thank you."
 LONG = " ".join(f"This is sentence number {n} of the evening announcement." for n in
@@ -172,7 +173,7 @@ def test_listener_stopping_early_cancels_the_remote_stream(serve, local_synth):
 
 
 def test_audio_piling_up_unread_fails_the_stream_over_to_local(serve, local_synth, monkeypatch):
-    from edge_agent.offload.client import RemoteStream
+    from edge_agent.offload.client.stream import RemoteStream
 
     monkeypatch.setattr(RemoteStream, "MAX_BUFFERED", 10_000)
     server = serve()
@@ -199,5 +200,45 @@ def test_client_reconnects_when_the_server_comes_back(serve, local_synth):
                    "a ping to close the breaker after its cool-down")
         assert spoken(list(router.stream(TEXT)), 3) == ["remote"] * 3
         assert only_client(router).connects == 2
+    finally:
+        router.close()
+
+
+def test_offers_say_a_server_voice_is_reachable_only_while_a_connected_server_offers_it(serve, local_synth):
+    server = serve()
+    router = make_router(local_synth, server.uri, voice=PIPER)
+    try:
+        assert router.pool.wait_ready(30)
+        assert router.offers() == [VoiceOffer(PIPER, "local", True), VoiceOffer(PIPER, "remote", True)]
+        server.stop()  # GOAWAY, then the connection closes: no server offers it any more
+        wait_until(lambda: router.offers()[1:] == [VoiceOffer(PIPER, "remote", False)], 10,
+                   "the configured voice to be offered as unreachable")
+    finally:
+        router.close()
+
+
+def test_offers_count_an_open_breaker_as_unreachable_and_spend_no_half_open_probe(scripted, local_synth):
+    peer = scripted("silent")
+    router = make_router(local_synth, peer.uri, first_audio_deadline_s=0.3, breaker_failures=1,
+                         breaker_open_s=60, ping_interval_s=30)
+    try:
+        assert router.pool.wait_ready(10)
+        assert VoiceOffer("kokoro-82m", "remote", True) in router.offers()
+        spoken(list(router.stream(TEXT)), 3)  # no audio by the deadline: the breaker opens
+        assert router.offers()[1:] == [VoiceOffer("kokoro-82m", "remote", False)]
+        breaker = only_client(router).breaker
+        breaker.open_s = 0.0  # the cool-down is over: half open, one probe allowed
+        assert router.offers()[1:] == [VoiceOffer("kokoro-82m", "remote", True)]
+        assert breaker.state is BreakerState.HALF_OPEN
+        assert breaker.allow()  # asking for offers did not take the probe
+    finally:
+        router.close()
+    assert len(peer.requests) == 1
+
+
+def test_offers_hold_only_the_local_voice_when_the_policy_is_local(local_synth):
+    router = make_router(local_synth, f"tcp://127.0.0.1:{free_port()}", policy="local")
+    try:
+        assert router.offers() == [VoiceOffer(PIPER, "local", True)]
     finally:
         router.close()

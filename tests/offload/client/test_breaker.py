@@ -1,6 +1,6 @@
 import random
 
-from edge_agent.offload.breaker import Backoff, BreakerState, CircuitBreaker
+from edge_agent.offload.client.breaker import Backoff, BreakerState, CircuitBreaker
 
 
 class Clock:

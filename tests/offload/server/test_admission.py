@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edge_agent.offload.admission import HandshakeSlots, source_of
+from edge_agent.offload.server.admission import HandshakeSlots, source_of
 
 
 def test_a_connection_that_sent_its_hello_is_never_closed_for_a_newcomer():

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from edge_agent.errors import ConfigError
-from edge_agent.offload.messages import MAC_SIZE, NONCE_SIZE
+from edge_agent.offload.wire.messages import MAC_SIZE, NONCE_SIZE
 
 log = logging.getLogger(__name__)
 

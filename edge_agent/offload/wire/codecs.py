@@ -20,8 +20,8 @@ import numpy as np
 
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.wav import to_pcm16
-from edge_agent.offload.messages import Codec
-from edge_agent.offload.protocol import MalformedPayload
+from edge_agent.offload.wire.framing import MalformedPayload
+from edge_agent.offload.wire.messages import Codec
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ import numpy as np
 
 from edge_agent.audio.resample import resample
 from edge_agent.errors import TIMEOUTS
-from edge_agent.offload.codecs import Chunk, SentenceEncoder
-from edge_agent.offload.metrics import ServerMetrics
-from edge_agent.offload.transport import cancel_and_wait
+from edge_agent.offload.server.server_metrics import ServerMetrics
+from edge_agent.offload.wire.codecs import Chunk, SentenceEncoder
+from edge_agent.offload.wire.transport import cancel_and_wait
 from edge_agent.tts.voice import Voice
 
 log = logging.getLogger(__name__)

@@ -31,8 +31,8 @@ from collections.abc import Collection
 
 from edge_agent.config import Endpoint, OffloadSettings, parse_uri
 from edge_agent.errors import TIMEOUTS
-from edge_agent.offload.breaker import BreakerState
-from edge_agent.offload.client import ClientLoop, OffloadClient
+from edge_agent.offload.client.breaker import BreakerState
+from edge_agent.offload.client.connection import ClientLoop, OffloadClient
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +206,19 @@ class ServerPool:
             if client.breaker.allow():
                 return client
         return None
+
+    def voices(self) -> dict[str, bool]:
+        """Each voice a connected server offers -> whether one offering it takes streams now (its
+        breaker not open; asking `allow` would spend a half-open probe)."""
+        found: dict[str, bool] = {}
+        for client in self.clients:
+            conn = client.connection
+            if conn is None:
+                continue
+            usable = client.breaker.state is not BreakerState.OPEN
+            for voice in conn.info.voices:
+                found[voice] = found.get(voice, False) or usable
+        return found
 
     def why_none(self, voice: str) -> str:
         """Why `choose` found no server: for the log line of a local fallback."""

@@ -10,14 +10,14 @@ import ssl
 from pathlib import Path
 
 from edge_agent.errors import TIMEOUTS, ConfigError, EdgeError
-from edge_agent.offload import messages
-from edge_agent.offload.messages import Error, Message
-from edge_agent.offload.protocol import (
+from edge_agent.offload.wire import messages
+from edge_agent.offload.wire.framing import (
     DEFAULT_MAX_PAYLOAD,
     FrameDecoder,
     PeerStalled,
     ProtocolError,
 )
+from edge_agent.offload.wire.messages import Error, Message
 
 log = logging.getLogger(__name__)
 

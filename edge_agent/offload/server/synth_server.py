@@ -18,10 +18,28 @@ from edge_agent import __version__
 from edge_agent.config import ServerSettings
 from edge_agent.errors import TIMEOUTS, ConfigError
 from edge_agent.logs import Throttle
-from edge_agent.offload import auth
-from edge_agent.offload.admission import HandshakeSlots
-from edge_agent.offload.codecs import OPUS_RATES, SentenceEncoder, available_codecs, opus_rate
-from edge_agent.offload.messages import (
+from edge_agent.offload.server.admission import HandshakeSlots
+from edge_agent.offload.server.scheduler import (
+    DeadlineMissed,
+    Scheduler,
+    SentenceResult,
+    StreamCancelled,
+    Ticket,
+    sentence_work,
+)
+from edge_agent.offload.server.server_metrics import ServerMetrics
+from edge_agent.offload.wire import auth
+from edge_agent.offload.wire.codecs import OPUS_RATES, SentenceEncoder, available_codecs, opus_rate
+from edge_agent.offload.wire.framing import (
+    HARD_MAX_PAYLOAD,
+    AuthenticationFailed,
+    BadStreamId,
+    ErrorCode,
+    MalformedPayload,
+    ProtocolError,
+    UnexpectedMessage,
+)
+from edge_agent.offload.wire.messages import (
     MAC_SIZE,
     Audio,
     Auth,
@@ -42,25 +60,7 @@ from edge_agent.offload.messages import (
     codec_mask,
     codecs_in,
 )
-from edge_agent.offload.metrics import ServerMetrics
-from edge_agent.offload.protocol import (
-    HARD_MAX_PAYLOAD,
-    AuthenticationFailed,
-    BadStreamId,
-    ErrorCode,
-    MalformedPayload,
-    ProtocolError,
-    UnexpectedMessage,
-)
-from edge_agent.offload.scheduler import (
-    DeadlineMissed,
-    Scheduler,
-    SentenceResult,
-    StreamCancelled,
-    Ticket,
-    sentence_work,
-)
-from edge_agent.offload.transport import ConnectionClosed, FramedConnection, cancel_and_wait
+from edge_agent.offload.wire.transport import ConnectionClosed, FramedConnection, cancel_and_wait
 from edge_agent.tts.voice import Voice
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@ import logging
 import pytest
 
 from edge_agent.errors import ConfigError
-from edge_agent.offload import auth
+from edge_agent.offload.wire import auth
 
 KEY = b"0123456789abcdef0123456789abcdef"
 

@@ -1,6 +1,6 @@
 """Server metrics: queue depth, batch sizes, latencies, real-time factor; a JSON-ready snapshot.
 
-`edge_agent.offload.monitoring` exposes the same numbers to Prometheus.
+`http_monitor.py` beside it exposes the same numbers to Prometheus.
 """
 
 from __future__ import annotations

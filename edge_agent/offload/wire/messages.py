@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Union
 
-from edge_agent.offload.protocol import (
+from edge_agent.offload.wire.framing import (
     ErrorCode,
     Flag,
     Frame,

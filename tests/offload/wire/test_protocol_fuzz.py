@@ -7,9 +7,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edge_agent.offload import messages as m
-from edge_agent.offload.codecs import SentenceDecoder, SentenceEncoder, available_codecs
-from edge_agent.offload.protocol import HEADER_SIZE, FrameDecoder, ProtocolError
+from edge_agent.offload.wire import messages as m
+from edge_agent.offload.wire.codecs import SentenceDecoder, SentenceEncoder, available_codecs
+from edge_agent.offload.wire.framing import HEADER_SIZE, FrameDecoder, ProtocolError
 
 MAX_PAYLOAD = 4096
 BOUND = HEADER_SIZE + MAX_PAYLOAD

@@ -15,11 +15,12 @@ from waiting import wait_until
 
 from edge_agent.config import Endpoint, ServerSettings
 from edge_agent.errors import ConfigError
-from edge_agent.offload import messages as m
-from edge_agent.offload.client import ClientConnection, RemoteError, Unavailable
-from edge_agent.offload.codecs import SentenceDecoder
-from edge_agent.offload.protocol import AuthenticationFailed, ErrorCode, FrameDecoder, MessageType
-from edge_agent.offload.server import SynthServer, check_key
+from edge_agent.offload.client.connection import ClientConnection
+from edge_agent.offload.client.errors import RemoteError, Unavailable
+from edge_agent.offload.server.synth_server import SynthServer, check_key
+from edge_agent.offload.wire import messages as m
+from edge_agent.offload.wire.codecs import SentenceDecoder
+from edge_agent.offload.wire.framing import AuthenticationFailed, ErrorCode, FrameDecoder, MessageType
 
 TEXT = ("The front door is open.", "Please close it.", "Thank you.")
 
@@ -448,7 +449,7 @@ def test_streams_still_open_when_the_grace_period_ends_get_shutting_down(serve):
 
 def handshake_socket(port: int) -> socket.socket:
     """A blocking socket past the key exchange, for peers that misbehave afterwards."""
-    from edge_agent.offload import auth
+    from edge_agent.offload.wire import auth
 
     sock = socket.create_connection(("127.0.0.1", port), timeout=5)
     decoder = FrameDecoder()
