@@ -5,13 +5,13 @@ from pathlib import Path
 
 import tomllib
 
-from edge_agent.bench.asr import REFERENCE_GROUP, references
+from benchmarks.asr import REFERENCE_GROUP, references
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def declared() -> dict[str, str]:
-    doc = tomllib.loads((REPO / "pyproject.toml").read_text())
+    doc = tomllib.loads((REPO / "tools" / "pyproject.toml").read_text())
     return doc["project"]["entry-points"][REFERENCE_GROUP]
 
 

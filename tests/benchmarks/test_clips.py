@@ -5,9 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_agent.audio.wav import WavWriter
-from edge_agent.bench import clips as clip_mod
-from edge_agent.bench.clips import (
+from benchmarks import clips as clip_mod
+from benchmarks.clips import (
     COMMANDS,
     EXPORT_SET,
     PARAGRAPH,
@@ -17,6 +16,7 @@ from edge_agent.bench.clips import (
     make_set,
     piper_clip,
 )
+from edge_agent.audio.wav import WavWriter
 from edge_agent.config import TtsSettings
 from edge_agent.errors import UsageError
 from edge_agent.models import ModelStore, load_catalog

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edge_agent.bench.fleet import Plan, measure
+from benchmarks.fleet import Plan, measure
 from edge_agent.errors import UsageError
 from edge_agent.mqtt.localbroker import find_mosquitto
 from tests.conftest import run_cli

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from edge_agent.bench.wyoming import summary
+from benchmarks.wyoming import summary
 
 REPORT = Path(__file__).parent / "fixtures" / "wyoming-bench-stt.txt"
 """wyoming-bench 2026.10.0's STT report on our server and wyoming-faster-whisper, as it printed it."""

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from speech_fixtures import silence
 from wyoming.asr import Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
@@ -30,16 +29,17 @@ from wyoming.satellite import PauseSatellite, RunSatellite
 from wyoming.timer import TimerFinished
 from wyoming.tts import Synthesize
 
+from benchmarks.clips import load_16k, piper_clip
 from edge_agent.asr.whisper import Padding
 from edge_agent.audio.resample import resample
 from edge_agent.audio.sources import PcmStreamSource
 from edge_agent.audio.wav import read_wav, to_pcm16
-from edge_agent.bench.clips import load_16k, piper_clip
 from edge_agent.config import AsrSettings
 from edge_agent.daemon import Daemon, SettingsSource
 from edge_agent.listen import build_hearing
 from edge_agent.models import ModelStore, load_catalog
 from tests.mqtt_support import ToneSynth, Watcher, device_config, wait_until
+from tests.speech_fixtures import silence
 
 WAKE_COMMAND = "Okay Nabu, turn on the kitchen lights."
 ANSWER = "The kitchen lights are on."

@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.clips import COMMANDS, ENGINES, Clip, clip_settings, clips_dir, make_clips
+from benchmarks.report import emit, machine, median, percentile
 from edge_agent.asr.listener import Listener, Transcriber
 from edge_agent.asr.manifest import load_manifest
 from edge_agent.asr.whisper import Padding, WhisperOnnx, resolve_export_dir
 from edge_agent.audio.frames import Samples
-from edge_agent.bench.clips import COMMANDS, ENGINES, Clip, clip_settings, clips_dir, make_clips
-from edge_agent.bench.report import emit, machine, median, percentile
 from edge_agent.commands.context import Context
 from edge_agent.errors import ModelError, UsageError
 from edge_agent.text.wer import wer
@@ -244,7 +244,7 @@ def vad_compare(ctx: Context, audio: list[Samples]) -> dict[str, Any]:
 
 
 def peak_rss(args: argparse.Namespace, clip: Path) -> dict[str, Any] | None:
-    cmd = [sys.executable, "-m", "edge_agent.bench.rss", str(clip)]
+    cmd = [sys.executable, "-m", "benchmarks.rss", str(clip)]
     if args.config:
         cmd += ["--config", args.config]
     for item in args.overrides:

@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from benchmarks.report import emit, machine
+from benchmarks.serveproc import ServeProcess
 from edge_agent.audio.frames import AudioChunk
-from edge_agent.bench.report import emit, machine
-from edge_agent.bench.serveproc import ServeProcess
 from edge_agent.commands.context import Context
 from edge_agent.config import OffloadSettings
 from edge_agent.offload.client import OffloadClient

@@ -1,7 +1,7 @@
 """A simulated fleet against a local mosquitto: group fan-out, a signed config to `all`, a broker restart.
 
 The devices are real MQTT v5 clients with the daemon's session and subscription
-layout and its reconnect policy (`edge_agent.bench.herd`), all in this process;
+layout and its reconnect policy (`benchmarks.herd`), all in this process;
 the broker is a private mosquitto with persistence saved on every change (what
 the README asks of a production broker). Three phases:
 
@@ -39,8 +39,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from edge_agent.bench.herd import Herd, SimDevice
-from edge_agent.bench.report import emit, machine, percentile
+from benchmarks.herd import Herd, SimDevice
+from benchmarks.report import emit, machine, percentile
 from edge_agent.commands.context import Context
 from edge_agent.config import MqttSettings
 from edge_agent.errors import UsageError

@@ -23,10 +23,10 @@ from typing import Any
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
+from benchmarks.report import emit, machine, percentile
 from edge_agent.announce.message import Announcement
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.sinks import NullSink, Sink
-from edge_agent.bench.report import emit, machine, percentile
 from edge_agent.commands.context import Context
 from edge_agent.config import parse_override, parse_uri
 from edge_agent.daemon import Daemon, SettingsSource, local_synthesizer

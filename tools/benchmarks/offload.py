@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_agent.bench.report import emit, machine, median
+from benchmarks.report import emit, machine, median
 from edge_agent.commands.context import Context
 from edge_agent.config import Endpoint, OffloadSettings, ServerSettings, TtsSettings
 from edge_agent.models.store import ModelStore

@@ -1,7 +1,7 @@
 """Peak memory of a listening device: VAD + Whisper + the local voice loaded and used once
 (with `--wake`, the wake engine too, hearing the clip first).
 
-Run as its own process (`python -m edge_agent.bench.rss CLIP.wav [--config F] [--set K=V]`)
+Run as its own process (`python -m benchmarks.rss CLIP.wav [--config F] [--set K=V]`)
 so nothing the benchmark itself loaded counts; prints one JSON object with the
 peak resident set (VmHWM) after each stage.
 """

@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from edge_agent.bench.report import emit, machine, median
+from benchmarks.report import emit, machine, median
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
 

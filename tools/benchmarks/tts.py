@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from benchmarks.report import emit, machine, median
 from edge_agent.audio.frames import AudioChunk
-from edge_agent.bench.report import emit, machine, median
 from edge_agent.commands.context import Context
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import synthesize

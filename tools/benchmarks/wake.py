@@ -31,13 +31,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from benchmarks.clips import clip_settings, clips_dir, espeak_clip, load_16k, piper_clip
+from benchmarks.report import emit, machine, median, percentile
 from edge_agent.announce.playout import DirOpener, play_chime
 from edge_agent.asr.listener import Transcriber, Transcribing
 from edge_agent.asr.whisper import WhisperOnnx
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.sinks import WavSink
-from edge_agent.bench.clips import clip_settings, clips_dir, espeak_clip, load_16k, piper_clip
-from edge_agent.bench.report import emit, machine, median, percentile
 from edge_agent.commands.context import Context
 from edge_agent.config import WAKE_BUILTIN, ListenSettings, WakeSettings
 from edge_agent.errors import EdgeError
@@ -459,7 +459,7 @@ def peak_rss(ctx: Context, voices: Voices, args: argparse.Namespace) -> dict[str
     extra = [a for item in args.overrides for a in ("--set", item)]
     config = ["--config", args.config] if args.config else []
     for label, flags in (("without_wake", []), ("with_wake", ["--wake"])):
-        cmd = [sys.executable, "-m", "edge_agent.bench.rss", str(clip), *flags, *config, *extra]
+        cmd = [sys.executable, "-m", "benchmarks.rss", str(clip), *flags, *config, *extra]
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
         if result.returncode != 0:
             out[label] = {"error": result.stderr.strip().splitlines()[-1:]}

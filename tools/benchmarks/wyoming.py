@@ -45,11 +45,11 @@ from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
 
+from benchmarks.clips import COMMANDS, Clip, clip_settings, clips_dir, make_clips
+from benchmarks.report import emit, machine, median
+from benchmarks.tts import TEXTS
 from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.audio.wav import to_pcm16
-from edge_agent.bench.clips import COMMANDS, Clip, clip_settings, clips_dir, make_clips
-from edge_agent.bench.report import emit, machine, median
-from edge_agent.bench.tts import TEXTS
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
 from edge_agent.text.wer import wer

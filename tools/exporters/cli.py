@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from edge_agent.bench.clips import clip_set
+from benchmarks.clips import clip_set
 from edge_agent.cli import common_options, run_handler
 from edge_agent.commands.context import Context
 from edge_agent.errors import ModelError
@@ -129,7 +129,7 @@ def run_whisper(args: argparse.Namespace) -> int:
 
 
 def run_vocoder(args: argparse.Namespace) -> int:
-    from edge_agent.bench.clips import clip_set
+    from benchmarks.clips import clip_set
     from exporters.manifest import read_manifest
     from exporters.report import vocoder_table
     from exporters.vocoder.hifigan import load_generator, resolve_source

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.clips import Clip
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.resample import resample
-from edge_agent.bench.clips import Clip
 from edge_agent.errors import ModelError, UsageError
 from edge_agent.runtime import make_session
 from edge_agent.text.wer import UNIT as WER_UNIT

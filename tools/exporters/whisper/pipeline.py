@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_agent.bench.clips import Clip
+from benchmarks.clips import Clip
 from edge_agent.errors import ModelError, UsageError
 from edge_agent.models import ModelStore
 from edge_agent.models.store import sha256_file
