@@ -10,8 +10,6 @@ import time
 
 import numpy as np
 import pytest
-from offload_helpers import PIPER, PSK
-from waiting import wait_until
 
 from edge_agent.config import Endpoint, ServerSettings
 from edge_agent.errors import ConfigError
@@ -20,6 +18,8 @@ from edge_agent.offload.client import ClientConnection, RemoteError, Unavailable
 from edge_agent.offload.codecs import SentenceDecoder
 from edge_agent.offload.protocol import AuthenticationFailed, ErrorCode, FrameDecoder, MessageType
 from edge_agent.offload.server import SynthServer, check_key
+from tests.integration.offload.offload_helpers import PIPER, PSK
+from tests.waiting import wait_until
 
 TEXT = ("The front door is open.", "Please close it.", "Thank you.")
 

@@ -12,13 +12,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from offload_helpers import PIPER, PSK, make_router, spoken
 
 from edge_agent.config import Endpoint
 from edge_agent.errors import ConfigError
 from edge_agent.offload import messages as m
 from edge_agent.offload.client import ClientConnection, Unavailable
 from edge_agent.offload.transport import OffloadError, client_tls_context, server_tls_context
+from tests.integration.offload.offload_helpers import PIPER, PSK, make_router, spoken
 
 
 def _name(cn: str) -> x509.Name:
