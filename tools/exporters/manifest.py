@@ -87,13 +87,14 @@ def wer_scale(doc: dict[str, Any]) -> float:
 
 def exporter_info(package: Path) -> dict[str, str]:
     """Library versions and a hash of an exporter's own code (`package`'s modules and the
-    shared quantizer): a changed exporter re-exports."""
+    shared steps: the pipeline skeleton and the quantizer): a changed exporter re-exports."""
     import onnx
     import onnxruntime
     import torch
 
     digest = hashlib.sha256()
-    for path in sorted([*package.glob("*.py"), Path(__file__).with_name("quantize.py")]):
+    shared = [Path(__file__).with_name(name) for name in ("pipeline.py", "quantize.py")]
+    for path in sorted([*package.glob("*.py"), *shared]):
         digest.update(path.read_bytes())
     return {"revision": digest.hexdigest()[:16], "torch": torch.__version__, "onnx": onnx.__version__,
             "onnxruntime": onnxruntime.__version__}

@@ -7,18 +7,16 @@ the requested variants, and measure each against PyTorch on the same mels: size,
 RTF of the windowed device path (`MelVocoder`) and of the whole graph, max waveform
 difference, log-mel distance of the resynthesis, and the round trip — the vocoded clips
 transcribed by our ASR, WER against the clips' text. The default variant is chosen by
-measurement (FORMAT.md); everything goes to `manifest.json`.
+measurement (FORMAT.md); everything goes to `manifest.json`. The steps every exported model
+shares are `exporters.pipeline`'s; this module is the vocoder's own part.
 """
 
 from __future__ import annotations
 
-import logging
 import statistics
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,28 +25,17 @@ import numpy as np
 from benchmarks.clips import Clip
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.resample import resample
-from edge_agent.errors import ModelError, UsageError
+from edge_agent.errors import ModelError
 from edge_agent.runtime import make_session
-from edge_agent.text.wer import UNIT as WER_UNIT
 from edge_agent.text.wer import wer
 from edge_agent.tts.melvocoder import FORMAT, MelVocoder
-from exporters.manifest import (
-    MANIFEST,
-    exporter_info,
-    file_entry,
-    io_signature,
-    one_line,
-    read_manifest,
-    staged,
-    write_json_atomic,
-)
+from exporters.manifest import MANIFEST, file_entry, io_signature, staged, write_json_atomic
+from exporters.pipeline import Kind, build_variants, files_of, time_side_by_side
 from exporters.progress import Progress
 from exporters.quantize import Mode, quantize
 from exporters.vocoder.hifigan import Config, Source
 from exporters.vocoder.mel import Mels, log_mel, mel_distance
 from exporters.vocoder.onnx_export import INPUT, export_generator, export_windowed
-
-log = logging.getLogger(__name__)
 
 Transcribe = Callable[[Samples], str]
 """16 kHz audio -> text: the ASR the round trip goes through."""
@@ -62,6 +49,15 @@ MAX_WER_DRIFT = 0.01
 """A variant may be the default only if its round-trip WER is at most this much (a fraction of the
 words) above the PyTorch vocoder's."""
 ASR_RATE = 16000
+
+
+def _details(v: dict[str, Any]) -> str:
+    return (f" (whole graph {v['rtf_whole']:.3f}), max diff {v['max_abs_diff']:.2e} (windowed "
+            f"{v['window_diff']:.2e}), mel distance {v['mel_distance']:.3f}")
+
+
+KIND = Kind(FORMAT, FORMAT_VERSION, VARIANTS, Path(__file__).resolve().parent, MAX_WER_DRIFT,
+            "round-trip WER", _details)
 
 
 @dataclass(frozen=True)
@@ -89,29 +85,12 @@ class _Reference:
     clip_transcripts: list[str] = field(default_factory=list)
 
 
-def parse_variants(text: str) -> tuple[str, ...]:
-    names = tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
-    unknown = [v for v in names if v not in VARIANTS]
-    if unknown or not names:
-        raise UsageError(f"--variants: unknown {', '.join(unknown) or 'empty list'} "
-                         f"(choose from {', '.join(VARIANTS)})")
-    return names
-
-
-def revision() -> dict[str, str]:
-    return exporter_info(Path(__file__).resolve().parent)
+parse_variants = KIND.parse_variants
 
 
 def up_to_date(out_dir: Path, source: Source, options: ExportOptions) -> bool:
     """True if `out_dir` holds this source's export, with these variants, by this exporter code."""
-    try:
-        doc = read_manifest(out_dir)
-    except ModelError:
-        return False
-    return (doc.get("format") == FORMAT and doc.get("format_version") == FORMAT_VERSION
-            and doc.get("source", {}).get("sha256") == source.sha256
-            and doc.get("exporter", {}).get("revision") == revision()["revision"]
-            and set(doc.get("variants", {})) == set(options.variants))
+    return KIND.up_to_date(out_dir, source.sha256, options.variants)
 
 
 def export_vocoder(source: Source, out_dir: Path, clips: list[Clip], *, generator: Any, config: Config,
@@ -174,10 +153,7 @@ def _export_into(stage: Path, source: Source, generator: Any, config: Config, re
     signature = {"whole": io_signature(stage / "vocoder.fp32.onnx"),
                  "windowed": io_signature(stage / "vocoder.fp32.windowed.onnx")}
     manifest: dict[str, Any] = {
-        "format": FORMAT, "format_version": FORMAT_VERSION,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "exporter": {**revision(), "torch_exporter": "torch.export (dynamo=True)"},
-        "source": source.describe(),
+        **KIND.head(source.describe(), torch_exporter="torch.export (dynamo=True)"),
         "sample_rate": config.mel.sample_rate,
         "mel": config.mel.describe(),
         "opset": opset,
@@ -185,7 +161,12 @@ def _export_into(stage: Path, source: Source, generator: Any, config: Config, re
         "window": asdict(info),
     }
     manifest["window"]["cuts"] = [list(c) for c in info.cuts]
-    variants, vocoders = _build_variants(stage, manifest, parity, options=options, progress=progress)
+    variants, vocoders = build_variants(
+        stage, options.variants, files=lambda name: {"whole": f"vocoder.{name}.onnx",
+                                                     "windowed": f"vocoder.{name}.windowed.onnx"},
+        mode=lambda name: MODES.get(name, "export"), checking="waveform", progress=progress,
+        derive=lambda name, files: _derive(stage, name, files, progress),
+        prepare=lambda name, files: _prepare(stage, name, files, manifest, parity=parity, options=options))
     with progress.step(f"timing {', '.join(vocoders)} and PyTorch side by side on {len(ref.clips)} clips"):
         timings = _time_side_by_side(stage, vocoders, variants, generator, ref, options=options)
     for vocoder in vocoders.values():
@@ -201,19 +182,10 @@ def _export_into(stage: Path, source: Source, generator: Any, config: Config, re
             variant.update(timings[name], mel_distance=_mel_distance(waves, ref.mels, config),
                            wer_truth=wer_truth, wer=_wer(ref.transcripts, heard),
                            wer_drift=round(wer_truth - pytorch_wer, 4), transcripts=heard)
-        _report(progress, name, variant)
-    if "fp32" not in options.variants:
-        for f in variants.pop("fp32")["files"].values():
-            (stage / f).unlink()
-    default = pick_default(variants)
-    progress(f"default variant: {default} (fastest with round-trip WER drift <= +{MAX_WER_DRIFT})")
     import torch
 
     manifest |= {
-        "variants": variants,
-        "default_variant": default,
-        "default_rule": f"lowest rtf among variants with wer_drift <= {MAX_WER_DRIFT}",
-        "wer_unit": WER_UNIT,
+        **KIND.choose(stage, variants, options.variants, progress),
         "reference": {
             "runtime": f"PyTorch {torch.__version__}", "threads": options.threads, "rtf": pytorch["rtf"],
             "mel_distance": _mel_distance(ref.waves, ref.mels, config), "wer_truth": pytorch_wer,
@@ -227,17 +199,8 @@ def _export_into(stage: Path, source: Source, generator: Any, config: Config, re
         "clips_wer_truth": _wer(truths, ref.clip_transcripts),
         "parity": parity,
     }
-    manifest["files"] = {p.name: file_entry(p) for p in sorted(stage.iterdir()) if p.name != MANIFEST}
+    manifest["files"] = files_of(stage)
     return manifest
-
-
-def pick_default(variants: dict[str, dict[str, Any]]) -> str:
-    """The fastest variant whose round-trip WER is at most MAX_WER_DRIFT above the PyTorch vocoder's."""
-    usable = {n: v for n, v in variants.items() if "error" not in v and v["wer_drift"] <= MAX_WER_DRIFT}
-    if not usable:
-        raise ModelError(f"no variant keeps the round-trip WER within {MAX_WER_DRIFT} of PyTorch's: "
-                         "see the measurements above")
-    return min(usable, key=lambda n: usable[n]["rtf"])
 
 
 def _parity_fixture(stage: Path, ref: _Reference, options: ExportOptions) -> dict[str, Any]:
@@ -272,33 +235,12 @@ def _diff(a: Samples, b: Samples) -> float:
     return float(np.abs(a.astype(np.float64) - b).max())
 
 
-def _build_variants(stage: Path, manifest: dict[str, Any], parity: dict[str, Any], *,
-                    options: ExportOptions, progress: Progress,
-                    ) -> tuple[dict[str, dict[str, Any]], dict[str, MelVocoder]]:
-    """Derive each variant from fp32, load it and check its parity; a failing variant is recorded."""
-    variants: dict[str, dict[str, Any]] = {}
-    vocoders: dict[str, MelVocoder] = {}
-    for name in ("fp32", *[v for v in options.variants if v != "fp32"]):
-        files = {"whole": f"vocoder.{name}.onnx", "windowed": f"vocoder.{name}.windowed.onnx"}
-        variants[name] = {"files": files, "mode": MODES.get(name, "export")}
-        try:
-            if name != "fp32":
-                for form, filename in files.items():
-                    with progress.step(f"{name}: {form} graph ({MODES[name]})"):
-                        quantize(stage / f"vocoder.fp32{'.windowed' if form == 'windowed' else ''}.onnx",
-                                 stage / filename, MODES[name], None)
-            with progress.step(f"loading {name} and checking waveform parity"):
-                vocoders[name], measured = _prepare(stage, name, files, manifest, parity=parity,
-                                                    options=options)
-            variants[name] |= measured
-        except Exception as exc:  # a variant that fails is recorded, not fatal
-            log.debug("variant %s failed:\n%s", name, traceback.format_exc())
-            variants[name] |= {"files": {}, "error": one_line(exc)}
-            for f in files.values():
-                (stage / f).unlink(missing_ok=True)
-            if name == "fp32":
-                raise ModelError(f"fp32 export does not run: {one_line(exc)}") from exc
-    return variants, vocoders
+def _derive(stage: Path, name: str, files: dict[str, str], progress: Progress) -> None:
+    """Both forms of variant `name`, quantized from fp32's."""
+    for form, filename in files.items():
+        with progress.step(f"{name}: {form} graph ({MODES[name]})"):
+            quantize(stage / f"vocoder.fp32{'.windowed' if form == 'windowed' else ''}.onnx",
+                     stage / filename, MODES[name], None)
 
 
 def _prepare(stage: Path, name: str, files: dict[str, str], manifest: dict[str, Any], *,
@@ -331,12 +273,8 @@ def _prepare(stage: Path, name: str, files: dict[str, str], manifest: dict[str, 
 def _time_side_by_side(stage: Path, vocoders: dict[str, MelVocoder], variants: dict[str, dict[str, Any]],
                        generator: Any, ref: _Reference, *, options: ExportOptions,
                        ) -> dict[str, dict[str, Any]]:
-    """RTF of every variant (windowed and whole) and of PyTorch, interleaved clip by clip.
-
-    The machine may be shared: interleaving spreads any slowdown over all contenders alike,
-    and the best of `timing_repeats` runs per clip discards one-off stalls. PyTorch (slow) is
-    timed in the first pass only. The windowed output is what the ASR hears.
-    """
+    """RTF of every variant (windowed and whole) and of PyTorch, clip by clip; the windowed
+    output is what the ASR hears."""
     vocoder = next(iter(vocoders.values()))
     audio_s = sum(m.shape[-1] for m in ref.mels) * vocoder.hop / vocoder.sample_rate
     wholes = {n: make_session(stage / variants[n]["files"]["whole"], options.threads) for n in vocoders}
@@ -344,18 +282,7 @@ def _time_side_by_side(stage: Path, vocoders: dict[str, MelVocoder], variants: d
     for name, vocoder in vocoders.items():
         contenders[name] = vocoder.synthesize
         contenders[f"{name}:whole"] = _whole_runner(wholes[name])
-    best = {n: [float("inf")] * len(ref.mels) for n in contenders}
-    waves: dict[str, list[Samples]] = {n: [np.zeros(0, np.float32)] * len(ref.mels) for n in vocoders}
-    for repeat in range(options.timing_repeats):
-        for i, mel in enumerate(ref.mels):
-            for name, run in contenders.items():
-                if name == "pytorch" and repeat > 0:
-                    continue
-                started = time.perf_counter()
-                out = run(mel)
-                best[name][i] = min(best[name][i], time.perf_counter() - started)
-                if name in waves:
-                    waves[name][i] = out
+    best, waves = time_side_by_side(contenders, ref.mels, options.timing_repeats)
     result: dict[str, dict[str, Any]] = {"pytorch": {"rtf": round(sum(best["pytorch"]) / audio_s, 4)}}
     for name in vocoders:
         result[name] = {"rtf": round(sum(best[name]) / audio_s, 4),
@@ -375,12 +302,3 @@ def _mel_distance(waves: list[Samples], mels: list[Mels], config: Config) -> flo
     return round(statistics.fmean(mel_distance(log_mel(w, config.mel), m) for w, m in zip(waves, mels,
                                                                                           strict=True)), 4)
 
-
-def _report(progress: Progress, name: str, v: dict[str, Any]) -> None:
-    if "error" in v:
-        progress(f"  {name}: FAILED: {v['error']}")
-        return
-    progress(f"  {name}: {v['size_bytes'] / 1e6:.1f} MB, load {v['load_s']:.2f} s, RTF {v['rtf']:.3f} "
-             f"(whole graph {v['rtf_whole']:.3f}), max diff {v['max_abs_diff']:.2e} (windowed "
-             f"{v['window_diff']:.2e}), mel distance {v['mel_distance']:.3f}, round-trip WER "
-             f"{v['wer_truth']:.3f} (drift {v['wer_drift']:+.3f})")

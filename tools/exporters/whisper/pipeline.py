@@ -4,7 +4,8 @@ Steps: resolve the source (catalog id, CTranslate2 directory or `.pt` checkpoint
 into openai-whisper's PyTorch module and check it transcribes the test clips, export the
 fp32 encoder and decoder, derive the requested variants, measure each against PyTorch on
 the same clips (size, load time, RTF, max logit difference, WER), pick the default variant
-by measurement and write everything to `manifest.json` (FORMAT.md).
+by measurement and write everything to `manifest.json` (FORMAT.md). The steps every exported
+model shares are `exporters.pipeline`'s; this module is Whisper's own part.
 
 The export is built in a staging directory beside the target and renamed into place, so
 an interrupted run never leaves a half-written model directory.
@@ -16,14 +17,10 @@ planning and an up-to-date check never load torch.
 
 from __future__ import annotations
 
-import logging
 import shutil
 import statistics
-import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -33,24 +30,12 @@ from benchmarks.clips import Clip
 from edge_agent.errors import ModelError, UsageError
 from edge_agent.models import ModelStore
 from edge_agent.models.store import sha256_file
-from edge_agent.text.wer import UNIT as WER_UNIT
 from edge_agent.text.wer import wer
-from exporters.manifest import (
-    MANIFEST,
-    check_target,
-    file_entry,
-    io_signature,
-    one_line,
-    read_manifest,
-    staged,
-    write_json_atomic,
-)
-from exporters.manifest import exporter_info as manifest_exporter_info
+from exporters.manifest import MANIFEST, check_target, io_signature, staged, write_json_atomic
+from exporters.pipeline import Kind, build_variants, files_of, time_side_by_side
 from exporters.progress import Progress
 from exporters.quantize import Feed, Mode, quantize
 from exporters.whisper.runner import DecodeConfig, OnnxWhisper
-
-log = logging.getLogger(__name__)
 
 FORMAT = "edge-speech/whisper-onnx"
 FORMAT_VERSION = 1
@@ -73,6 +58,14 @@ WER_DIGITS = 4
 """WERs are recorded rounded to this many decimals (0.0001: a hundredth of a point)."""
 PARITY_MAX_TOKENS = 48
 """Tokens per parity run: enough to cover a sentence, bounded when unpadded input makes Whisper loop."""
+
+
+def _details(v: dict[str, Any]) -> str:
+    return f", max logit diff {v['max_logit_diff']:.2e}, WER vs PyTorch {v['wer']:.3f}"
+
+
+KIND = Kind(FORMAT, FORMAT_VERSION, VARIANTS, Path(__file__).resolve().parent, MAX_WER_DRIFT,
+            "WER against the text", _details)
 
 
 @dataclass(frozen=True)
@@ -160,25 +153,12 @@ class _Context:
     parity_arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def parse_variants(text: str) -> tuple[str, ...]:
-    names = tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
-    unknown = [v for v in names if v not in VARIANTS]
-    if unknown or not names:
-        raise UsageError(f"--variants: unknown {', '.join(unknown) or 'empty list'} "
-                         f"(choose from {', '.join(VARIANTS)})")
-    return names
+parse_variants = KIND.parse_variants
 
 
 def up_to_date(out_dir: Path, source: Source, options: ExportOptions) -> bool:
     """True if `out_dir` holds this source's export, with these variants, by this exporter code."""
-    try:
-        doc = read_manifest(out_dir)
-    except ModelError:
-        return False
-    return (doc.get("format") == FORMAT and doc.get("format_version") == FORMAT_VERSION
-            and doc.get("source", {}).get("sha256") == source.sha256
-            and doc.get("exporter", {}).get("revision") == exporter_info()["revision"]
-            and set(doc.get("variants", {})) == set(options.variants))
+    return KIND.up_to_date(out_dir, source.sha256, options.variants)
 
 
 def export_whisper(source: Source, out_dir: Path, clips: list[Clip], options: ExportOptions,
@@ -243,8 +223,19 @@ def _export_into(stage: Path, source: Source, model: Any, ref: Any, ctx: _Contex
     with progress.step("exporting decoder with KV cache (fp32)"):
         export_decoder(model, stage / "decoder.fp32.onnx")
     signature = {part: io_signature(stage / f"{part}.fp32.onnx") for part in ("encoder", "decoder")}
-    variants, runners = _build_variants(stage, _decode_config(model, ref.specials, options), ctx, options,
-                                        progress)
+    config = _decode_config(model, ref.specials, options)
+    calibration: list[Feed] = []
+
+    def derive(name: str, files: dict[str, str]) -> None:
+        if name == "int8-static" and not calibration:
+            with progress.step("collecting calibration inputs"):
+                calibration.extend(_calibration(stage, config, ctx, options))
+        _make_variant(stage, name, files, calibration, progress)
+
+    variants, runners = build_variants(
+        stage, options.variants, files=lambda name: {p: f"{p}.{name}.onnx" for p in ("encoder", "decoder")},
+        mode=_mode_label, derive=derive, checking="logit", progress=progress,
+        prepare=lambda name, files: _prepare(stage, files, config, ctx, options))
     with progress.step(f"timing {', '.join(runners)} and PyTorch side by side on {len(ctx.clips)} clips"):
         timings = _time_side_by_side(runners, ref, ctx, options)
     pytorch = timings.pop("pytorch")
@@ -252,47 +243,14 @@ def _export_into(stage: Path, source: Source, model: Any, ref: Any, ctx: _Contex
         if name in timings:
             variant.update(timings[name])
             variant["wer_drift"] = round(variant["wer_truth"] - pytorch["wer_truth"], WER_DIGITS)
-        _report(progress, name, variant)
-    if "fp32" not in options.variants:
-        for f in variants.pop("fp32")["files"].values():
-            (stage / f).unlink()
-    default = pick_default(variants)
-    progress(f"default variant: {default} (fastest with WER drift <= +{MAX_WER_DRIFT})")
-    return _manifest(stage, source, ref, ctx, options=options, signature=signature, variants=variants,
-                     default=default, pytorch=pytorch, tokenizer_origin=tokenizer_origin)
-
-
-def _build_variants(stage: Path, config: Any, ctx: _Context, options: ExportOptions, progress: Progress,
-                    ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """Derive each variant from fp32, load it and check its parity; a failing variant is recorded."""
-    variants: dict[str, dict[str, Any]] = {}
-    runners: dict[str, Any] = {}
-    calibration: list[Feed] | None = None
-    for name in ("fp32", *[v for v in options.variants if v != "fp32"]):
-        files = {"encoder": f"encoder.{name}.onnx", "decoder": f"decoder.{name}.onnx"}
-        variants[name] = {"files": files, "mode": _mode_label(name)}
-        try:
-            if name == "int8-static" and calibration is None:
-                with progress.step("collecting calibration inputs"):
-                    calibration = _calibration(stage, config, ctx, options)
-            if name != "fp32":
-                _make_variant(stage, name, files, calibration, progress)
-            with progress.step(f"loading {name} and checking logit parity"):
-                runners[name], measured = _prepare(stage, files, config, ctx, options)
-            variants[name] |= measured
-        except Exception as exc:  # a variant that fails is recorded, not fatal
-            log.debug("variant %s failed:\n%s", name, traceback.format_exc())
-            variants[name] |= {"files": {}, "error": one_line(exc)}
-            for f in files.values():
-                (stage / f).unlink(missing_ok=True)
-            if name == "fp32":
-                raise ModelError(f"fp32 export does not run: {one_line(exc)}") from exc
-    return variants, runners
+    chosen = KIND.choose(stage, variants, options.variants, progress)
+    return _manifest(stage, source, ref, ctx, options=options, signature=signature, chosen=chosen,
+                     pytorch=pytorch, tokenizer_origin=tokenizer_origin)
 
 
 def _manifest(stage: Path, source: Source, ref: Any, ctx: _Context, *, options: ExportOptions,
-              signature: dict[str, Any], variants: dict[str, dict[str, Any]], default: str,
-              pytorch: dict[str, Any], tokenizer_origin: str) -> dict[str, Any]:
+              signature: dict[str, Any], chosen: dict[str, Any], pytorch: dict[str, Any],
+              tokenizer_origin: str) -> dict[str, Any]:
     import torch
 
     from exporters.whisper import reference as ref_mod
@@ -300,10 +258,7 @@ def _manifest(stage: Path, source: Source, ref: Any, ctx: _Context, *, options: 
 
     sp, model = ref.specials, ref.model
     return {
-        "format": FORMAT, "format_version": FORMAT_VERSION,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "exporter": exporter_info(),
-        "source": source.describe(),
+        **KIND.head(source.describe()),
         "sample_rate": ref_mod.SAMPLE_RATE,
         "dims": ref_mod.dims_dict(model),
         "multilingual": bool(model.is_multilingual),
@@ -314,10 +269,7 @@ def _manifest(stage: Path, source: Source, ref: Any, ctx: _Context, *, options: 
         "tokenizer": {"file": "tokenizer.json", "origin": tokenizer_origin},
         "opset": OPSET,
         "models": signature,
-        "variants": variants,
-        "default_variant": default,
-        "wer_unit": WER_UNIT,
-        "default_rule": f"lowest rtf among variants with wer_drift <= {MAX_WER_DRIFT}",
+        **chosen,
         "reference": {
             "runtime": f"PyTorch {torch.__version__} (openai-whisper)", "threads": options.threads,
             "rtf": pytorch["rtf"], "wer_truth": pytorch["wer_truth"],
@@ -329,21 +281,8 @@ def _manifest(stage: Path, source: Source, ref: Any, ctx: _Context, *, options: 
         ],
         "trim_pad_s": options.trim_pad_s,
         "parity": {"file": "parity.npz", "runs": ctx.parity},
-        "files": {p.name: file_entry(p) for p in sorted(stage.iterdir()) if p.name != MANIFEST},
+        "files": files_of(stage),
     }
-
-
-def exporter_info() -> dict[str, str]:
-    return manifest_exporter_info(Path(__file__).resolve().parent)
-
-
-def pick_default(variants: dict[str, dict[str, Any]]) -> str:
-    """The fastest variant whose WER (against the known text) is at most MAX_WER_DRIFT above PyTorch's."""
-    usable = {n: v for n, v in variants.items() if "error" not in v and v["wer_drift"] <= MAX_WER_DRIFT}
-    if not usable:
-        raise ModelError("no variant transcribes the test clips within "
-                         f"+{MAX_WER_DRIFT} WER of PyTorch: see the measurements above")
-    return min(usable, key=lambda n: usable[n]["rtf"])
 
 
 # -- steps --------------------------------------------------------------------------------------
@@ -403,13 +342,13 @@ def _mode_label(name: str) -> str:
     return ", ".join(f"{part} {mode}" for part, mode in modes.items())
 
 
-def _make_variant(stage: Path, name: str, files: dict[str, str], calibration: list[Feed] | None,
+def _make_variant(stage: Path, name: str, files: dict[str, str], calibration: list[Feed],
                   progress: Progress) -> None:
     for part, filename in files.items():
         mode = MODES[name][part]
         with progress.step(f"{name}: {part} ({mode})"):
             feeds = None
-            if calibration is not None and name == "int8-static":
+            if name == "int8-static":
                 feeds = [f for f in calibration if ("mel" in f) == (part == "encoder")]
             quantize(stage / f"{part}.fp32.onnx", stage / filename, mode, feeds)
 
@@ -451,33 +390,20 @@ def _prepare(stage: Path, files: dict[str, str], config: Any, ctx: _Context,
 
 def _time_side_by_side(runners: dict[str, Any], ref: Any, ctx: _Context,
                        options: ExportOptions) -> dict[str, dict[str, Any]]:
-    """RTF and WER of every variant and of PyTorch, interleaved clip by clip.
-
-    The machine may be shared: interleaving spreads any slowdown over all contenders
-    alike, and the best of `timing_repeats` runs per clip discards one-off stalls. PyTorch
-    (slow) is timed in the first padded pass only.
-    """
+    """RTF and WER of every variant and of PyTorch (the padded pass only: it is slow), clip by clip."""
     audio_s = sum(c.duration_s for c in ctx.clips)
     truths = [c.text for c in ctx.clips]
     result: dict[str, dict[str, Any]] = {}
     for label, mels in (("", ctx.mels), ("trimmed", ctx.trimmed)):
-        contenders: dict[str, Any] = {**runners} if label else {**runners, "pytorch": ref}
-        best = {n: [float("inf")] * len(mels) for n in contenders}
-        texts: dict[str, list[str]] = {n: [""] * len(mels) for n in contenders}
-        for repeat in range(options.timing_repeats):
-            for i, mel in enumerate(mels):
-                for name, runner in contenders.items():
-                    if name == "pytorch" and repeat > 0:
-                        continue
-                    started = time.perf_counter()
-                    tokens = runner.decode(mel)
-                    best[name][i] = min(best[name][i], time.perf_counter() - started)
-                    texts[name][i] = ref.text(tokens)
+        decoders = runners if label else {**runners, "pytorch": ref}
+        contenders = {name: runner.decode for name, runner in decoders.items()}
+        best, tokens = time_side_by_side(contenders, mels, options.timing_repeats)
         for name in contenders:
+            texts = [ref.text(t) for t in tokens[name]]
             measured = {"rtf": round(sum(best[name]) / audio_s, 4),
-                        "wer": round(wer(ctx.ref_texts, texts[name]), WER_DIGITS),
-                        "wer_truth": round(wer(truths, texts[name]), WER_DIGITS),
-                        "transcripts": texts[name]}
+                        "wer": round(wer(ctx.ref_texts, texts), WER_DIGITS),
+                        "wer_truth": round(wer(truths, texts), WER_DIGITS),
+                        "transcripts": texts}
             if label:
                 result[name][label] = measured
             else:
@@ -492,12 +418,3 @@ def _special_tokens(sp: Any) -> dict[str, Any]:
         "sot_lm": sp.sot_lm, "timestamp_begin": sp.timestamp_begin,
         "sot_sequence": list(sp.sot_sequence), "languages": dict(sp.languages),
     }
-
-
-def _report(progress: Progress, name: str, v: dict[str, Any]) -> None:
-    if "error" in v:
-        progress(f"  {name}: FAILED: {v['error']}")
-        return
-    progress(f"  {name}: {v['size_bytes'] / 1e6:.1f} MB, load {v['load_s']:.2f} s, RTF {v['rtf']:.3f}, "
-             f"max logit diff {v['max_logit_diff']:.2e}, WER vs PyTorch {v['wer']:.3f}, "
-             f"vs text {v['wer_truth']:.3f} (drift {v['wer_drift']:+.3f})")
