@@ -56,36 +56,24 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    w = sub.add_parser("whisper", parents=[common], help="Whisper weights -> measured ONNX variants",
-                       description="Export a Whisper model to ONNX (encoder + KV-cached decoder), derive "
-                       "quantized variants, measure them against PyTorch and write manifest.json.")
-    w.add_argument("--source", required=True, metavar="ID|PATH",
-                   help="catalog id (whisper-tiny.en, whisper-base), a CTranslate2 directory, "
-                   "or an openai-whisper .pt checkpoint")
-    w.add_argument("--out", type=Path, metavar="DIR",
-                   help="export directory (default: <models.cache_dir>/exported/<source>)")
-    w.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
-                   help=f"comma-separated, from {','.join(VARIANTS)} (default: %(default)s)")
-    w.add_argument("--force", action="store_true", help="export even if DIR is up to date")
+    w = _model_parser(sub, common, "whisper", help="Whisper weights -> measured ONNX variants",
+                      description="Export a Whisper model to ONNX (encoder + KV-cached decoder), derive "
+                      "quantized variants, measure them against PyTorch and write manifest.json.",
+                      sources="catalog id (whisper-tiny.en, whisper-base), a CTranslate2 directory, "
+                      "or an openai-whisper .pt checkpoint", variants=(DEFAULT_VARIANTS, VARIANTS))
     w.add_argument("--max-tokens", type=_positive, help="cap on decoded tokens per clip")
     w.set_defaults(handler=run_whisper)
 
-    voc = sub.add_parser("vocoder", parents=[common], help="HiFi-GAN weights -> measured streaming ONNX",
-                         description="Export a HiFi-GAN V1 generator to ONNX (whole and windowed), derive "
-                         "variants, measure them against PyTorch (waveform, log-mel distance, RTF, and "
-                         "the round trip through our ASR) and write manifest.json.")
-    voc.add_argument("--source", required=True, metavar="ID|PATH",
-                     help="catalog id (hifigan-universal, hifigan-ljspeech) or a generator checkpoint "
-                     "with its config.json beside it")
-    voc.add_argument("--out", type=Path, metavar="DIR",
-                     help="export directory (default: <models.cache_dir>/exported/<source>)")
-    voc.add_argument("--variants", default=",".join(vocoder_pipeline.DEFAULT_VARIANTS),
-                     help=f"comma-separated, from {','.join(vocoder_pipeline.VARIANTS)} "
-                     "(default: %(default)s)")
+    voc = _model_parser(sub, common, "vocoder", help="HiFi-GAN weights -> measured streaming ONNX",
+                        description="Export a HiFi-GAN V1 generator to ONNX (whole and windowed), derive "
+                        "variants, measure them against PyTorch (waveform, log-mel distance, RTF, and "
+                        "the round trip through our ASR) and write manifest.json.",
+                        sources="catalog id (hifigan-universal, hifigan-ljspeech) or a generator checkpoint "
+                        "with its config.json beside it",
+                        variants=(vocoder_pipeline.DEFAULT_VARIANTS, vocoder_pipeline.VARIANTS))
     voc.add_argument("--asr", type=Path, metavar="DIR",
                      help="Whisper export the round trip is transcribed with (default: "
                      "<models.cache_dir>/exported/whisper-tiny.en, made by `edge-export whisper`)")
-    voc.add_argument("--force", action="store_true", help="export even if DIR is up to date")
     voc.set_defaults(handler=run_vocoder)
 
     q = sub.add_parser("quantize", parents=[common], help="compress one ONNX model and measure it",
@@ -103,6 +91,21 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("dir", type=Path, metavar="DIR")
     v.set_defaults(handler=run_verify)
     return parser
+
+
+def _model_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser,
+                  name: str, *, help: str, description: str, sources: str,
+                  variants: tuple[tuple[str, ...], tuple[str, ...]]) -> argparse.ArgumentParser:
+    """The options every model export takes: --source, --out, --variants (default, choices), --force."""
+    default, known = variants
+    p = sub.add_parser(name, parents=[common], help=help, description=description)
+    p.add_argument("--source", required=True, metavar="ID|PATH", help=sources)
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="export directory (default: <models.cache_dir>/exported/<source>)")
+    p.add_argument("--variants", default=",".join(default),
+                   help=f"comma-separated, from {','.join(known)} (default: %(default)s)")
+    p.add_argument("--force", action="store_true", help="export even if DIR is up to date")
+    return p
 
 
 def _progress(args: argparse.Namespace) -> Progress:
