@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_agent.bench.clips import COMMANDS, Clip, clips_dir, make_clips
+from benchmarks.clips import COMMANDS, Clip, clips_dir, make_clips
 
 RATE = 16000
 WHISPER_SOURCE = "whisper-tiny.en"
@@ -66,7 +66,7 @@ def espeak_clips(clip_cache: Path) -> list[Clip]:
 
 @pytest.fixture(scope="session")
 def piper_voice(shared_cache: Path):
-    from edge_agent.bench.clips import clip_settings
+    from benchmarks.clips import clip_settings
     from edge_agent.config import TtsSettings
     from edge_agent.models import ModelStore, load_catalog
     from edge_agent.tts.registry import VoiceRegistry
@@ -100,7 +100,7 @@ def whisper_dir(shared_cache: Path) -> Path:
     if env:
         return Path(env)
     pytest.importorskip("torch", reason="exporting Whisper needs the export extra")
-    from edge_agent.bench.clips import clip_set
+    from benchmarks.clips import clip_set
     from edge_agent.models import ModelStore, load_catalog
     from exporters.progress import Progress
     from exporters.whisper.pipeline import ExportOptions, export_whisper, resolve_source, up_to_date

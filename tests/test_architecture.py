@@ -1,15 +1,18 @@
-"""The package rules of docs/architecture.md, checked over every import in `edge_agent/`.
+"""The package rules of docs/architecture.md, checked over every import in `edge_agent/` and `tools/`.
 
 Imports are read with `ast`, at module level and inside functions alike (a function-level
 import is still a dependency, only a hidden one), relative ones resolved. The rules: no import
-cycle among edge_agent modules; `audio/` is the ground and imports none of the flows; hearing
-(`asr/`, `vad/`, `wake/`) and speaking (`tts/`) do not import each other, and `wake/` hears on
-its own (no VAD, ASR, voice or transport); `text/` imports only itself; `announce/` knows no
-transport and no trigger; the Wyoming, Hermes and Home Assistant adapters do not import each
-other, nor does the MQTT transport import them; the device runtime never imports the exporter or
-torch. `offload/` is cut by side: the wire format imports neither side (and of ours only `audio/` and
-`errors`), the client and server sides do not import each other, and the rest of the package
-reaches offload only through its public side packages (`edge_agent/offload/__init__.py` says why).
+cycle among edge_agent modules; `audio/` is the ground and imports nothing of ours but its own
+types, settings and errors; hearing (`asr/`, `vad/`, `wake/`) and speaking (`tts/`) do not import
+each other, and `wake/` hears on its own (no VAD, ASR, voice or transport); `text/` imports only
+itself; `announce/` knows no transport and no trigger; the Wyoming, Hermes, Home Assistant and
+ESPHome adapters do not import each other, nor does the MQTT transport import them, and no adapter
+reads another package's internals (a `_private` name); the exporter and the benchmarks live beside
+the runtime (`tools/`, a distribution of their own), and the runtime never imports them nor torch;
+the benchmarks reach the exporter only through entry points. `offload/` is cut by side: the wire
+format imports neither side (and of ours only `audio/` and `errors`), the client and server sides do
+not import each other, and the rest of the package reaches offload only through its public side
+packages (`edge_agent/offload/__init__.py` says why).
 """
 
 from __future__ import annotations
@@ -21,20 +24,24 @@ ROOT = Path(__file__).resolve().parent.parent
 
 HEARING = ("asr", "vad", "wake")
 SPEAKING = ("tts",)
-ADAPTERS = ("wyoming", "hermes", "homeassistant")
+ADAPTERS = ("wyoming", "hermes", "homeassistant", "esphome")
 """Triggers beside the MQTT transport: each calls `announce/` and the listener, never another adapter."""
-FLOWS = (*HEARING, *SPEAKING, "listen", "mqtt", *ADAPTERS, "announce", "offload", "fleet", "bench",
+FLOWS = (*HEARING, *SPEAKING, "listen", "mqtt", *ADAPTERS, "announce", "offload", "fleet",
          "commands", "daemon", "cli")
-NEVER = ("exporters", "torch", "torchaudio", "whisper", "silero_vad")
-"""Top-level packages the runtime must not import: the exporter, and what pulls torch in
-(openai-whisper's `whisper`, the `silero_vad` package; the runtime reads Silero's ONNX file)."""
 OFFLOAD = "edge_agent.offload"
 WIRE, CLIENT, SERVER = (f"{OFFLOAD}.{side}" for side in ("wire", "client", "server"))
 OFFLOAD_PUBLIC = frozenset({OFFLOAD, WIRE, CLIENT, SERVER})
 """What code outside `offload/` may import: the side packages, whose `__all__` are the entry points."""
-MEASURES_INTERNALS = ("edge_agent.bench",)
-"""Benchmarks, like tests, measure offload's internals (raw connections, frames); they are on their
-way out of the package to `benchmarks/`."""
+GROUND = ("audio", "config", "errors")
+"""All `audio/` may import of ours: itself, the settings, the errors."""
+TOOLS = ("exporters", "benchmarks")
+"""Beside the runtime in tools/ (their own distribution): the device wheel ships neither."""
+NEVER = (*TOOLS, "torch", "torchaudio", "whisper", "silero_vad")
+"""Top-level packages the runtime must not import: the exporter and the benchmarks, and what pulls
+torch in (openai-whisper's `whisper`, the `silero_vad` package; the runtime reads Silero's ONNX file)."""
+KNOWN_INTERNALS = {"edge_agent.homeassistant.discovery": ["t._own"]}
+"""Breaches of the internals rule found when it was written, left to their owners: each must still
+be real (so a fix removes its entry), and no new one may appear."""
 
 
 def modules(root: Path, package: str = "edge_agent") -> dict[str, Path]:
@@ -135,11 +142,41 @@ def reaching_inside(deps: dict[str, set[str]], package: str, public: frozenset[s
     return {name: found for name, found in bad.items() if found}
 
 
+def beyond(deps: dict[str, set[str]], package: str, allowed: tuple[str, ...]) -> dict[str, list[str]]:
+    """Modules of `package` that import any edge_agent module outside `allowed`, with what they import."""
+    bad = {name: sorted(d for d in targets
+                        if within(d, "edge_agent") and not any(within(d, ok) for ok in allowed))
+           for name, targets in deps.items() if within(name, package)}
+    return {name: found for name, found in bad.items() if found}
+
+
 def ours(*names: str) -> tuple[str, ...]:
     return tuple(f"edge_agent.{n}" for n in names)
 
 
 DEPS = graph(ROOT)
+TOOL_DEPS = {name: deps for package in TOOLS for name, deps in graph(ROOT / "tools", package).items()}
+
+
+def private_reads(root: Path, package: str) -> dict[str, list[str]]:
+    """Modules of `package` that reach into another package: a `_name` imported from one, or an
+    attribute `x._name` read on anything but `self`/`cls` (an object another package made)."""
+    found: dict[str, list[str]] = {}
+    for name, path in modules(root).items():
+        if not within(name, package):
+            continue
+        reads = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level \
+                    and not within(node.module, package):
+                reads += [f"{node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                    and not node.attr.startswith("__") and ast.unparse(node.value) not in ("self", "cls"):
+                reads.append(f"{ast.unparse(node.value)}.{node.attr}")
+        if reads:
+            found[name] = sorted(set(reads))
+    return found
 
 
 def test_the_walk_sees_the_whole_package():
@@ -151,8 +188,8 @@ def test_no_import_cycle_among_edge_agent_modules():
     assert cycles(DEPS) == []
 
 
-def test_audio_is_the_ground_and_imports_none_of_the_flows():
-    assert offenders(DEPS, "edge_agent.audio", ours(*FLOWS, "text")) == {}
+def test_audio_is_the_ground_and_imports_only_its_own_types_settings_and_errors():
+    assert beyond(DEPS, "edge_agent.audio", ours(*GROUND)) == {}
 
 
 def test_hearing_and_speaking_do_not_import_each_other():
@@ -180,7 +217,14 @@ def test_adapters_do_not_import_each_other_and_the_mqtt_transport_none_of_them()
     assert offenders(DEPS, "edge_agent.mqtt", ours(*ADAPTERS)) == {}
 
 
-def test_the_runtime_never_imports_the_exporter_or_torch():
+def test_no_adapter_reads_another_package_s_internals():
+    found = {}
+    for adapter in ADAPTERS:
+        found.update(private_reads(ROOT, f"edge_agent.{adapter}"))
+    assert found == KNOWN_INTERNALS
+
+
+def test_the_runtime_never_imports_the_exporter_the_benchmarks_or_torch():
     assert offenders(DEPS, "edge_agent", NEVER) == {}
 
 
@@ -198,7 +242,7 @@ def test_the_offload_client_and_server_sides_do_not_import_each_other():
 
 
 def test_outside_offload_only_its_public_side_packages_are_imported():
-    assert reaching_inside(DEPS, OFFLOAD, OFFLOAD_PUBLIC, MEASURES_INTERNALS) == {}
+    assert reaching_inside(DEPS, OFFLOAD, OFFLOAD_PUBLIC) == {}
 
 
 def test_each_offload_side_names_its_entry_points_and_they_import():
@@ -208,6 +252,14 @@ def test_each_offload_side_names_its_entry_points_and_they_import():
         module = importlib.import_module(side)
         assert module.__all__, side
         assert all(hasattr(module, name) for name in module.__all__), side
+def test_the_exporter_and_the_benchmarks_live_beside_the_runtime_package():
+    assert not [p for p in (ROOT / "edge_agent").iterdir() if p.name in ("bench", *TOOLS)]
+    assert {"benchmarks.asr", "benchmarks.clips", "exporters.cli"} <= set(TOOL_DEPS)
+    assert "edge_agent.commands.bench" in DEPS  # the verb stays; what it runs is found by entry point
+
+
+def test_the_benchmarks_reach_the_exporter_only_through_entry_points():
+    assert offenders(TOOL_DEPS, "benchmarks", ("exporters", "torch", "whisper")) == {}
 
 
 def test_the_rules_catch_hidden_relative_and_cyclic_imports(tmp_path: Path):
@@ -223,6 +275,7 @@ def test_the_rules_catch_hidden_relative_and_cyclic_imports(tmp_path: Path):
     assert cycles(deps) == [["edge_agent.audio.play", "edge_agent.tts.voice"]]
     found = offenders(deps, "edge_agent.audio", ours("tts"))
     assert found == {"edge_agent.audio.play": ["edge_agent.tts.voice"]}
+    assert beyond(deps, "edge_agent.audio", ours(*GROUND)) == found
     assert offenders(deps, "edge_agent", NEVER) == {"edge_agent.tts.voice": ["torch.nn"]}
 
 
@@ -241,3 +294,12 @@ def test_the_public_rule_catches_a_reach_into_an_offload_module(tmp_path: Path):
     found = reaching_inside(deps, OFFLOAD, OFFLOAD_PUBLIC)
     assert found == {"edge_agent.wyoming.tts": ["edge_agent.offload.client.router"]}
     assert reaching_inside(deps, OFFLOAD, OFFLOAD_PUBLIC, ("edge_agent.wyoming",)) == {}
+def test_the_internals_rule_catches_private_imports_and_reads(tmp_path: Path):
+    pkg = tmp_path / "edge_agent"
+    (pkg / "wyoming").mkdir(parents=True)
+    (pkg / "wyoming" / "server.py").write_text(
+        "from edge_agent.announce.queue import _Entry\n"
+        "from edge_agent.wyoming.events import _local\n"
+        "def f(announcer, self):\n    return announcer._queue, self._own, announcer.__class__\n")
+    assert private_reads(tmp_path, "edge_agent.wyoming") == {
+        "edge_agent.wyoming.server": ["announcer._queue", "edge_agent.announce.queue._Entry"]}

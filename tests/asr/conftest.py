@@ -1,3 +1,3 @@
 """Speech fixtures (clips, noise, the exported Whisper) for these tests."""
 
-from speech_fixtures import *  # noqa: F403
+from tests.speech_fixtures import *  # noqa: F403

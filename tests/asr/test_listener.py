@@ -5,14 +5,14 @@ import time
 
 import numpy as np
 import pytest
-from speech_fixtures import RATE, silence
-from waiting import wait_until
 
 from edge_agent.asr.listener import Listener, Transcriber
 from edge_agent.config import AsrSettings, VadSettings
 from edge_agent.errors import AudioError
 from edge_agent.text.wer import wer
 from edge_agent.vad import Segmenter, SileroClassifier, WebRtcClassifier
+from tests.speech_fixtures import RATE, silence
+from tests.waiting import wait_until
 
 
 class ArraySource:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from speech_fixtures import noise, room_impulse, through_room
 
+from benchmarks.clips import COMMANDS, load_16k, piper_clip
 from edge_agent.audio.echo import FRAME, DelayEstimator, EchoCanceller, speexdsp
-from edge_agent.bench.clips import COMMANDS, load_16k, piper_clip
+from tests.speech_fixtures import noise, room_impulse, through_room
 
 try:
     speexdsp()

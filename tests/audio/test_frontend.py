@@ -6,12 +6,12 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from speech_fixtures import noise, room_impulse, through_room
 
+from benchmarks.clips import COMMANDS, load_16k, piper_clip
 from edge_agent.audio.frontend import AutoGain, FrontEnd, FrontEndSource
 from edge_agent.audio.reference import PlaybackReference
-from edge_agent.bench.clips import COMMANDS, load_16k, piper_clip
 from edge_agent.config import AudioSettings, ConfigError, load_settings
+from tests.speech_fixtures import noise, room_impulse, through_room
 
 RATE = 16000
 

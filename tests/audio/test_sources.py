@@ -3,11 +3,11 @@ import wave
 
 import numpy as np
 import pytest
-from speech_fixtures import RATE, write_wav
 
 from edge_agent.audio.sinks import AudioUnavailable
 from edge_agent.audio.sources import TARGET_RATE, PcmStreamSource, SoundDeviceSource, WavFileSource
 from edge_agent.errors import AudioError
+from tests.speech_fixtures import RATE, write_wav
 
 
 def tone(freq: float, seconds: float, rate: int) -> np.ndarray:

@@ -5,7 +5,7 @@ import pytest
 
 from edge_agent.cli import COMMANDS, main
 
-HEAVY = ("paho", "onnxruntime", "onnx", "torch", "sounddevice", "wyoming", "exporters")
+HEAVY = ("paho", "onnxruntime", "onnx", "torch", "sounddevice", "wyoming", "exporters", "benchmarks")
 
 
 def test_say_starts_without_the_modules_other_verbs_need():

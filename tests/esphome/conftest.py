@@ -1,3 +1,3 @@
 """Fixtures of esphome_support."""
 
-from esphome_support import device, media  # noqa: F401
+from tests.esphome_support import device, media  # noqa: F401

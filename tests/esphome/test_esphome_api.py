@@ -25,11 +25,11 @@ from aioesphomeapi import (
     VoiceAssistantFeature,
     VoiceAssistantTimerEventType,
 )
-from esphome_support import connected, port_of, run_daemon
 
 from edge_agent.esphome.assistant import MAX_PENDING_CHIMES
 from edge_agent.esphome.entities import MEDIA_PLAYER, MUTE
 from edge_agent.esphome.service import device_mac
+from tests.esphome_support import connected, port_of, run_daemon
 from tests.mqtt_support import wait_until
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from edge_agent.bench.clips import Clip, clip_set
+from benchmarks.clips import Clip, clip_set
 from edge_agent.models import ModelStore, load_catalog
 from exporters.progress import Progress
 

@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _export_calls() -> list[tuple[Path, ast.Call]]:
     calls = []
-    for folder in ("exporters", "edge_agent", "tests"):
+    for folder in ("tools/exporters", "tools/benchmarks", "edge_agent", "tests"):
         for path in (REPO / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)

@@ -4,9 +4,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from speech_fixtures import *  # noqa: F403
 
 from tests.mqtt_support import Producer, Watcher
+from tests.speech_fixtures import *  # noqa: F403
 
 
 @pytest.fixture

@@ -3,7 +3,8 @@
 import json
 
 import pytest
-from speech_fixtures import run_cli
+
+from tests.speech_fixtures import run_cli
 
 pytestmark = pytest.mark.slow
 

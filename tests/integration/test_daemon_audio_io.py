@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from speech_fixtures import silence
 
+from benchmarks.clips import load_16k, piper_clip
 from edge_agent.audio.resample import resample
 from edge_agent.audio.wav import decode, encode_pcm
-from edge_agent.bench.clips import load_16k, piper_clip
 from tests.daemon_support import HearingDaemon
 from tests.mqtt_support import Producer, Watcher, wait_until
+from tests.speech_fixtures import silence
 
 WAKE_COMMAND = "Okay Nabu, turn on the kitchen lights."
 

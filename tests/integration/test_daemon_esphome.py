@@ -19,17 +19,17 @@ from typing import Any
 import numpy as np
 import pytest
 from aioesphomeapi import VoiceAssistantEventType as Ev
-from esphome_support import MediaServer, connected, run_daemon
-from speech_fixtures import silence
-from test_daemon_satellite import ANSWER, RATE, WAKE_COMMAND, Microphone, clip_22k, spoken
 
+from benchmarks.clips import load_16k, piper_clip
 from edge_agent.asr.whisper import Padding
 from edge_agent.audio.wav import WavWriter
-from edge_agent.bench.clips import load_16k, piper_clip
 from edge_agent.config import AsrSettings
 from edge_agent.listen import build_hearing
 from edge_agent.models import ModelStore, load_catalog
+from tests.esphome_support import MediaServer, connected, run_daemon
+from tests.integration.satellite_support import ANSWER, RATE, WAKE_COMMAND, Microphone, clip_22k, spoken
 from tests.mqtt_support import Watcher
+from tests.speech_fixtures import silence
 
 
 @pytest.fixture

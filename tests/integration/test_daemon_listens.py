@@ -1,10 +1,10 @@
 """`edge-agent run` with the real listener: VAD + exported Whisper -> transcripts over MQTT."""
 
 import numpy as np
-from speech_fixtures import silence, write_wav
 
 from edge_agent.text.wer import wer
 from tests.mqtt_support import DaemonProcess, Watcher
+from tests.speech_fixtures import silence, write_wav
 
 
 def spoken_file(tmp_path, clips) -> tuple:

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from speech_fixtures import silence, write_wav
 
-from edge_agent.bench.clips import load_16k, piper_clip
+from benchmarks.clips import load_16k, piper_clip
 from tests.daemon_support import HearingDaemon
 from tests.mqtt_support import Producer, Watcher, wait_until
+from tests.speech_fixtures import silence, write_wav
 
 WAKE_COMMAND = "Okay Nabu, turn on the kitchen lights."
 

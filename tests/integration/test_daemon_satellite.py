@@ -10,7 +10,6 @@ satellite side sends and expects (homeassistant/components/wyoming/assist_satell
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from speech_fixtures import silence
 from wyoming.asr import Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
@@ -30,58 +28,25 @@ from wyoming.satellite import PauseSatellite, RunSatellite
 from wyoming.timer import TimerFinished
 from wyoming.tts import Synthesize
 
+from benchmarks.clips import load_16k, piper_clip
 from edge_agent.asr.whisper import Padding
 from edge_agent.audio.resample import resample
-from edge_agent.audio.sources import PcmStreamSource
-from edge_agent.audio.wav import read_wav, to_pcm16
-from edge_agent.bench.clips import load_16k, piper_clip
+from edge_agent.audio.wav import to_pcm16
 from edge_agent.config import AsrSettings
 from edge_agent.daemon import Daemon, SettingsSource
 from edge_agent.listen import build_hearing
 from edge_agent.models import ModelStore, load_catalog
+from tests.integration.satellite_support import (
+    ANSWER,
+    NOTICE,
+    RATE,
+    WAKE_COMMAND,
+    Microphone,
+    clip_22k,
+    spoken,
+)
 from tests.mqtt_support import ToneSynth, Watcher, device_config, wait_until
-
-WAKE_COMMAND = "Okay Nabu, turn on the kitchen lights."
-ANSWER = "The kitchen lights are on."
-NOTICE = "Dinner is ready."
-RATE = 16000
-BLOCK_S = 0.03
-
-
-class Microphone:
-    """A pipe the daemon's hearing loop reads as its microphone: `say` writes audio into it,
-    and between phrases a real-time stream of silence keeps the loop's blocks coming."""
-
-    def __init__(self) -> None:
-        read_fd, self._write_fd = os.pipe()
-        self.source = PcmStreamSource(os.fdopen(read_fd, "rb", buffering=0), block_s=BLOCK_S, name="test-mic")
-        self._said: list[np.ndarray] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="test-mic", daemon=True)
-        self._thread.start()
-
-    def say(self, audio: np.ndarray) -> None:
-        with self._lock:
-            self._said.append(audio)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        os.close(self._write_fd)
-
-    def _run(self) -> None:
-        quiet = to_pcm16(silence(BLOCK_S))
-        while not self._stop.is_set():
-            with self._lock:
-                said, self._said = self._said, []
-            try:
-                for audio in said:
-                    os.write(self._write_fd, to_pcm16(audio))
-                os.write(self._write_fd, quiet)
-            except OSError:
-                return  # the daemon closed its end
-            self._stop.wait(BLOCK_S)  # pacing, as a sound card would
+from tests.speech_fixtures import silence
 
 
 @pytest.fixture
@@ -134,16 +99,6 @@ async def send_audio(client: AsyncTcpClient, samples: np.ndarray, rate: int) -> 
         pcm = to_pcm16(samples[start:start + 1024])
         await client.write_event(AudioChunk(rate=rate, width=2, channels=1, audio=pcm).event())
     await client.write_event(AudioStop().event())
-
-
-def spoken(whisper: Any, path: Path) -> str:
-    text: str = whisper.recognize(load_16k(path), Padding.from_settings(AsrSettings())).text
-    return text.lower()
-
-
-def clip_22k(text: str, clip_cache: Path, piper_voice: Any) -> np.ndarray:
-    wav = read_wav(piper_clip(text, clip_cache, piper_voice))
-    return resample(wav.samples, wav.sample_rate, 22050)
 
 
 def test_a_whole_turn_and_an_announcement_as_home_assistant_runs_them(

@@ -6,12 +6,12 @@ import json
 
 import numpy as np
 import pytest
-from speech_fixtures import noise, silence, write_wav
 
-from edge_agent.bench.clips import load_16k, piper_clip
+from benchmarks.clips import load_16k, piper_clip
 from edge_agent.config import WakeSettings
 from edge_agent.wake import WakeEngine
 from tests.mqtt_support import DaemonProcess, Watcher, wait_until
+from tests.speech_fixtures import noise, silence, write_wav
 
 WAKE_COMMAND = "Okay Nabu, turn on the kitchen lights."
 PLAIN = ("Set a timer for ten minutes.", "What is the weather like tomorrow?")

@@ -1,5 +1,6 @@
 import pytest
-from speech_fixtures import run_cli
+
+from tests.speech_fixtures import run_cli
 
 pytestmark = pytest.mark.slow
 

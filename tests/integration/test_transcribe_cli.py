@@ -6,10 +6,10 @@ import sys
 
 import numpy as np
 import pytest
-from speech_fixtures import RATE, noise, run_cli, silence, write_wav
 
 from edge_agent.audio.resample import resample
 from edge_agent.text.wer import wer
+from tests.speech_fixtures import RATE, noise, run_cli, silence, write_wav
 
 pytestmark = pytest.mark.slow
 

@@ -1,3 +1,3 @@
 """Speech fixtures (clips, noise, the Piper voice) for these tests."""
 
-from speech_fixtures import *  # noqa: F403
+from tests.speech_fixtures import *  # noqa: F403

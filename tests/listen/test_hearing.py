@@ -7,16 +7,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from speech_fixtures import run_cli, silence, write_wav
 
+from benchmarks.clips import load_16k, piper_clip
 from edge_agent.asr.listener import Transcriber, Transcribing
 from edge_agent.asr.whisper import Padding
-from edge_agent.bench.clips import load_16k, piper_clip
 from edge_agent.config import AsrSettings, ListenSettings, VadSettings, WakeSettings
 from edge_agent.listen import Heard, Hearing, Streamed, TurnEnded, Woke
 from edge_agent.text.wer import wer
 from edge_agent.vad import Segmenter, WebRtcClassifier
 from edge_agent.wake import WakeEngine
+from tests.speech_fixtures import run_cli, silence, write_wav
 
 WAKE_COMMAND = "Okay Nabu, turn on the kitchen lights."
 COMMAND = "Set a timer for ten minutes."

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from speech_fixtures import room_impulse, silence
 
-from edge_agent.bench.clips import load_16k, piper_clip
-from edge_agent.bench.hear import play_and_hear
+from benchmarks.clips import load_16k, piper_clip
+from benchmarks.hear import play_and_hear
 from edge_agent.config import WakeSettings
 from edge_agent.listen.ownvoice import OwnVoice
 from edge_agent.wake import Detection
+from tests.speech_fixtures import room_impulse, silence
 
 RATE = 16000
 OWN = ("OK Nabu, the washing machine has finished.", "Ok, Nabu: the front door is still open.",
@@ -88,9 +88,9 @@ def test_the_hearing_loop_with_a_playback_reference_hears_through_the_front_end_
         whisper_dir, tmp_path):
     """What the daemon builds for a live microphone: the front end around the source, the guard
     ahead of the daemon's own wake filter (which is still asked for what the guard lets through)."""
+    from benchmarks.hear import Clock, LiveMic
     from edge_agent.audio.frontend import FrontEndSource
     from edge_agent.audio.reference import PlaybackReference
-    from edge_agent.bench.hear import Clock, LiveMic
     from edge_agent.config import load_settings
     from edge_agent.listen import build_hearing
     from edge_agent.models import ModelStore, load_catalog

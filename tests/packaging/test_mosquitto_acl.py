@@ -10,7 +10,6 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from mqtt_support import wait_until
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -18,6 +17,7 @@ from paho.mqtt.properties import Properties
 from edge_agent.mqtt.localbroker import LocalBroker, find_mosquitto
 from edge_agent.mqtt.topics import Topics
 from tests.conftest import REPO
+from tests.mqtt_support import wait_until
 
 BROKER = REPO / "packaging" / "broker"
 USERS = {"kitchen": "pw-kitchen", "bedroom": "pw-bedroom", "automation": "pw-auto",

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from speech_fixtures import whisper, whisper_dir  # noqa: F401  (session fixtures)
 
 from edge_agent.audio.resample import resample
 from edge_agent.errors import ModelError
 from edge_agent.models import ModelStore, load_catalog
 from edge_agent.text.wer import wer
 from edge_agent.tts.kokoro import ENGLISH_SPEAKERS, load_style_file, loader
+from tests.speech_fixtures import whisper, whisper_dir  # noqa: F401  (session fixtures)
 
 pytestmark = pytest.mark.slow
 

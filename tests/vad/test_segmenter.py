@@ -2,10 +2,10 @@ import itertools
 
 import numpy as np
 import pytest
-from speech_fixtures import RATE, noise, silence
 
 from edge_agent.config import VadSettings
 from edge_agent.vad import Segmenter, SileroClassifier, WebRtcClassifier
+from tests.speech_fixtures import RATE, noise, silence
 
 
 def speech_bounds(x: np.ndarray) -> tuple[float, float]:

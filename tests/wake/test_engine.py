@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from speech_fixtures import noise, silence
 
-from edge_agent.bench.clips import load_16k, piper_clip
+from benchmarks.clips import load_16k, piper_clip
 from edge_agent.config import WAKE_BUILTIN, WakeSettings
 from edge_agent.errors import ConfigError, ModelError
 from edge_agent.wake import WakeEngine, resolve
 from edge_agent.wake.models import builtin_dir
+from tests.speech_fixtures import noise, silence
 
 PHRASES = {
     "okay_nabu": "Okay Nabu, turn on the kitchen lights.",

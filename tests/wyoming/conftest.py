@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from speech_fixtures import *  # noqa: F403
+
+from tests.speech_fixtures import *  # noqa: F403
 
 
 @pytest.fixture(scope="session")

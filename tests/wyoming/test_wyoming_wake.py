@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from speech_fixtures import silence
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
@@ -18,10 +17,11 @@ from wyoming.event import Event
 from wyoming.info import Describe, Info
 from wyoming.wake import Detect, Detection
 
+from benchmarks.clips import load_16k, piper_clip
 from edge_agent.audio.resample import resample
 from edge_agent.audio.wav import to_pcm16
-from edge_agent.bench.clips import load_16k, piper_clip
 from edge_agent.wyoming.wake import PACE_BURST_S, Pace
+from tests.speech_fixtures import silence
 from tests.wyoming.wyoming_support import ServerThread, make_server
 
 

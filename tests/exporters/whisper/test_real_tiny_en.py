@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_agent.bench.clips import Clip
+from benchmarks.clips import Clip
 from edge_agent.text.wer import wer
 from exporters.progress import Progress
 from exporters.verify import verify_dir

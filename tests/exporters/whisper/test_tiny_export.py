@@ -11,8 +11,8 @@ import onnx
 import pytest
 import torch
 
+from benchmarks.clips import Clip
 from edge_agent.audio.wav import WavWriter
-from edge_agent.bench.clips import Clip
 from exporters.progress import Progress
 from exporters.quantize import quantize
 from exporters.verify import verify_dir

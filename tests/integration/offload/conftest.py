@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from offload_helpers import PIPER, PSK, ServeProcess, ServerThread
 
 from edge_agent.config import ServerSettings, TtsSettings
 from edge_agent.models import ModelStore, load_catalog
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
+from tests.integration.offload.offload_helpers import PIPER, PSK, ServeProcess, ServerThread
 
 
 @pytest.fixture(scope="session")
@@ -77,7 +77,7 @@ def serve_process(tmp_path):
 
 @pytest.fixture
 def scripted():
-    from offload_helpers import ScriptedServer
+    from tests.integration.offload.offload_helpers import ScriptedServer
 
     started: list[ScriptedServer] = []
 

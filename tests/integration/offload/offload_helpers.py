@@ -6,7 +6,7 @@ import asyncio
 import threading
 from collections import defaultdict
 
-from edge_agent.bench.serveproc import ServeProcess
+from benchmarks.serveproc import ServeProcess
 from edge_agent.config import OffloadSettings
 from edge_agent.offload.client.pool import ListedOrder as InOrder
 from edge_agent.offload.client.pool import ServerPool

@@ -3,9 +3,8 @@
 import asyncio
 import threading
 
-from offload_helpers import PSK
-
 from edge_agent.daemon import Daemon, SettingsSource
+from tests.integration.offload.offload_helpers import PSK
 from tests.mqtt_support import Producer, Watcher, device_config, wait_until
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from offload_helpers import PIPER, PSK
-
 from tests.conftest import run_cli
+from tests.integration.offload.offload_helpers import PIPER, PSK
 
 
 def server_line(stdout: str) -> str:
@@ -43,7 +42,7 @@ def test_doctor_reports_an_absent_server():
 
 
 def test_doctor_checks_every_configured_server(serve):
-    from offload_helpers import free_port
+    from tests.integration.offload.offload_helpers import free_port
 
     server, absent = serve(), f"tcp://127.0.0.1:{free_port()}"
     result = run_cli("doctor", "--timeout", "3", "--set", f"offload.servers=[{server.uri}, {absent}]",

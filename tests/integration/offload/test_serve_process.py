@@ -6,9 +6,9 @@ import time
 import urllib.request
 
 import pytest
-from offload_helpers import PIPER, PSK, make_router, spoken
 
 from tests.conftest import run_cli
+from tests.integration.offload.offload_helpers import PIPER, PSK, make_router, spoken
 
 
 def test_serve_refuses_to_start_without_a_key():

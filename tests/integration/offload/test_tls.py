@@ -12,7 +12,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from offload_helpers import PIPER, PSK, make_router, spoken
 
 from edge_agent.config import Endpoint
 from edge_agent.errors import ConfigError
@@ -20,6 +19,7 @@ from edge_agent.offload.client.connection import ClientConnection
 from edge_agent.offload.client.errors import Unavailable
 from edge_agent.offload.wire import messages as m
 from edge_agent.offload.wire.transport import OffloadError, client_tls_context, server_tls_context
+from tests.integration.offload.offload_helpers import PIPER, PSK, make_router, spoken
 
 
 def _name(cn: str) -> x509.Name:

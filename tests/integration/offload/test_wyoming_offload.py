@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
-from offload_helpers import PIPER, make_router
-from waiting import wait_until
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info
 
 from edge_agent.config import OffloadSettings, Settings
 from edge_agent.wyoming.server import Services, WyomingServer
 from edge_agent.wyoming.tts import TtsService
+from tests.integration.offload.offload_helpers import PIPER, make_router
+from tests.waiting import wait_until
 from tests.wyoming.wyoming_support import ServerThread
 
 REMOTE = "joe-on-the-server"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from offload_helpers import PIPER, free_port, make_router, only_client, spoken
-from waiting import wait_until
 
 from edge_agent.offload.client.breaker import BreakerState
 from edge_agent.offload.wire.transport import OffloadError
 from edge_agent.tts.voice import VoiceOffer
+from tests.integration.offload.offload_helpers import PIPER, free_port, make_router, only_client, spoken
+from tests.waiting import wait_until
 
 TEXT = "The washing machine has finished. Please move the clothes to the dryer. Thank you."
 LONG = " ".join(f"This is sentence number {n} of the evening announcement." for n in

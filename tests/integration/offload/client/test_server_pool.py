@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import time
 
-from mqtt_support import wait_until
-from offload_helpers import PIPER, PSK, InOrder, free_port, make_router, spoken
-
 from edge_agent.config import OffloadSettings
 from edge_agent.offload.client.connection import OffloadClient
 from edge_agent.offload.client.pool import ServerPool
 from edge_agent.offload.wire.messages import Codec
+from tests.integration.offload.offload_helpers import PIPER, PSK, InOrder, free_port, make_router, spoken
+from tests.mqtt_support import wait_until
 
 TEXT = "The washing machine has finished. Please move the clothes to the dryer. Thank you."
 LONG = " ".join(f"This is sentence number {n} of the evening announcement." for n in
@@ -130,7 +129,7 @@ def test_a_host_name_stands_for_every_address_it_resolves_to(serve):
 
 
 def test_a_blackholed_server_is_left_at_the_first_audio_deadline_for_the_other(serve, local_synth):
-    from edge_agent.bench.failover import Blackhole
+    from benchmarks.failover import Blackhole
 
     stalled, server = serve(), serve()
     proxy = Blackhole(stalled.port)

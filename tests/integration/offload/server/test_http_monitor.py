@@ -7,10 +7,10 @@ import urllib.error
 import urllib.request
 
 import pytest
-from offload_helpers import PIPER, make_router, spoken
 from prometheus_client.parser import text_string_to_metric_families
 
 from edge_agent.offload.server.http_monitor import Monitor
+from tests.integration.offload.offload_helpers import PIPER, make_router, spoken
 
 TEXT = "The washing machine has finished. Please move the clothes to the dryer. Thank you."
 

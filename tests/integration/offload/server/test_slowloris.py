@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import socket
 
-from offload_helpers import PIPER, PSK
-from waiting import wait_until
-
-from edge_agent.bench.slowloris import measure
+from benchmarks.slowloris import measure
 from edge_agent.offload.wire import auth
 from edge_agent.offload.wire import messages as m
 from edge_agent.offload.wire.framing import FrameDecoder
+from tests.integration.offload.offload_helpers import PIPER, PSK
+from tests.waiting import wait_until
 
 
 class RawClient:

@@ -10,8 +10,6 @@ import time
 
 import numpy as np
 import pytest
-from offload_helpers import PIPER, PSK
-from waiting import wait_until
 
 from edge_agent.config import Endpoint, ServerSettings
 from edge_agent.errors import ConfigError
@@ -21,6 +19,8 @@ from edge_agent.offload.server.synth_server import SynthServer, check_key
 from edge_agent.offload.wire import messages as m
 from edge_agent.offload.wire.codecs import SentenceDecoder
 from edge_agent.offload.wire.framing import AuthenticationFailed, ErrorCode, FrameDecoder, MessageType
+from tests.integration.offload.offload_helpers import PIPER, PSK
+from tests.waiting import wait_until
 
 TEXT = ("The front door is open.", "Please close it.", "Thank you.")
 

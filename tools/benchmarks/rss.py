@@ -1,0 +1,76 @@
+"""Peak memory of a listening device: VAD + Whisper + the local voice loaded and used once
+(with `--wake`, the wake engine too, hearing the clip first).
+
+Run as its own process (`python -m benchmarks.rss CLIP.wav [--config F] [--set K=V]`)
+so nothing the benchmark itself loaded counts; prints one JSON object with the
+peak resident set (VmHWM) after each stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+from pathlib import Path
+
+from edge_agent.cli import common_options
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process, in MB (VmHWM, else getrusage)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(parents=[common_options()])
+    parser.add_argument("clip", type=Path)
+    parser.add_argument("--wake", action="store_true",
+                        help="also load the wake models and run the clip through them")
+    args = parser.parse_args(argv)
+    stages: dict[str, float] = {"python": peak_rss_mb()}
+
+    # Imported after the first reading, so "python" is the interpreter and the option parser alone.
+
+    from edge_agent.asr.listener import Listener, Transcriber
+    from edge_agent.asr.whisper import WhisperOnnx
+    from edge_agent.audio.sources import WavFileSource
+    from edge_agent.commands.context import Context
+    from edge_agent.tts.registry import VoiceRegistry
+    from edge_agent.tts.voice import synthesize
+    from edge_agent.vad import make_segmenter
+
+    ctx = Context(args)
+    settings = ctx.settings
+    segmenter = make_segmenter(settings.vad, ctx.store)
+    model = WhisperOnnx.from_settings(settings.asr, settings.models)
+    voices = VoiceRegistry(ctx.store, settings.tts)
+    voice = voices.get(settings.tts.voice)
+    wake = None
+    if args.wake:
+        from edge_agent.audio.wav import read_wav
+        from edge_agent.wake import WakeEngine
+
+        wake = WakeEngine.load(settings.wake)
+        wav = read_wav(args.clip)
+        detections = [d.model for d in wake.feed(wav.samples)]
+    stages["loaded"] = peak_rss_mb()
+    listener = Listener(WavFileSource(args.clip), segmenter, Transcriber(model, settings.asr))
+    transcripts = [t.text for t in listener]
+    stages["transcribed"] = peak_rss_mb()
+    samples = sum(len(c.samples) for c in synthesize(voice, "The front door is open. Please close it."))
+    stages["spoke"] = peak_rss_mb()
+    print(json.dumps({"peak_rss_mb": max(stages.values()), "stages": stages, "transcripts": transcripts,
+                      "spoken_samples": samples, "vad": settings.vad.engine, "variant": model.variant,
+                      "wake": detections if wake is not None else None}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
