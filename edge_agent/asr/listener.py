@@ -98,8 +98,13 @@ class Transcribing:
         self.stats = ListenerStats()
 
     def push(self, block: Samples) -> list[Transcript]:
+        return self._transcribe_all(self.segment(block))
+
+    def segment(self, block: Samples) -> list[Utterance]:
+        """The utterances that ended in `block`, not yet transcribed (a caller that already
+        decoded one, `listen.hearing`'s speculative decode, transcribes the rest itself)."""
         self.stats.audio_s += block.size / SAMPLE_RATE
-        return self._transcribe_all(self.segmenter.push(block))
+        return self.segmenter.push(block)
 
     def flush(self) -> list[Transcript]:
         return self._transcribe_all(self.segmenter.flush())
