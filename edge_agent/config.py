@@ -251,9 +251,10 @@ class ListenSettings:
     """In a turn, decode at the first pause this long and end the turn there when Whisper hears a
     complete sentence (0, the default: the turn ends where the VAD's hangover ends the utterance;
     an early end drops a second sentence said after a pause longer than this)."""
-    lookback_ms: int = 200
-    """A turn's audio starts this long before the wake word was detected (the model decides after
-    the phrase has ended), so a command said without a pause keeps its first word."""
+    lookback_ms: int = 150
+    """A turn's audio starts this long before the wake word was detected (the model decides 0.05-0.2 s
+    after the phrase has ended), so a command said without a pause keeps its first word; longer takes
+    in the phrase's last syllable, which Whisper writes as a word (200 ms: 'off, turn on ...')."""
     answer_wait_s: float = 5.0
     """An announcement paused by a turn waits this long for the turn's answer before it resumes."""
 
