@@ -44,7 +44,8 @@ class Transcript:
     asr_s: float = 0.0
     """Seconds Whisper took (features, encoder, decoder)."""
     latency_s: float = 0.0
-    """End of speech -> transcript for real-time input: the VAD's hangover plus `asr_s`."""
+    """End of speech -> transcript for real-time input: the VAD's hangover plus `asr_s` (in a
+    turn Whisper may run during the hangover: then the later of the two, `listen.hearing`)."""
     cut: bool = False
     """The speech went on past `vad.max_utterance_s` and continues in the next transcript."""
 
