@@ -50,7 +50,10 @@ def test_a_microphone_muted_from_home_assistant_stays_muted_after_a_restart(
         try:
             second = HearingDaemon(tmp_path, broker, whisper_dir, {**settings, "audio.input_file": str(room)})
             try:
-                status = after.wait("edge/dev1/status", lambda d: d["state"] == "online")[0]
+                # A status may go out while the daemon still starts (listen "off" until the
+                # listener has been decided): the first one that says how it listens.
+                status = after.wait("edge/dev1/status",
+                                    lambda d: d["state"] == "online" and d["listen"]["state"] != "off")[0]
                 assert status["listen"]["state"] == "muted"
                 wait_until(lambda: mute_states(after) and mute_states(after)[-1] == b"ON",
                            what="the switch's state ON after the restart")
