@@ -236,3 +236,15 @@ def test_wake_words_chosen_in_home_assistant_are_kept_across_a_restart(tmp_path:
     for daemon in run_daemon(tmp_path, broker, {}):  # the same state directory: a restart
         assert daemon.settings.wake.models == ("hey_jarvis",)
         assert asyncio.run(choose(daemon, None)) == ["hey_jarvis"]
+
+
+def test_the_device_is_advertised_as_home_assistant_discovers_esphome_devices(tmp_path: Path, broker):
+    from edge_agent.esphome.service import SERVICE_TYPE
+    from tests.mdns_support import browse
+
+    for daemon in run_daemon(tmp_path, broker, {"esphome.zeroconf": True}):
+        seen = asyncio.run(browse(SERVICE_TYPE, f"kitchen.{SERVICE_TYPE}", 10))
+        assert seen.addresses == ["127.0.0.1"] and seen.port == port_of(daemon)
+        # What HA's esphome config flow reads from a discovery: the MAC (its unique id), the name.
+        assert seen.properties["mac"] == device_mac("kitchen").replace(":", "")
+        assert seen.properties["friendly_name"] == "kitchen" and seen.server == "kitchen.local."

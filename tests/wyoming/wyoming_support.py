@@ -11,8 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from zeroconf import IPVersion, ServiceStateChange
-from zeroconf.asyncio import AsyncServiceBrowser, AsyncZeroconf
+from tests.mdns_support import browse as mdns_browse
 
 
 class ServerThread:
@@ -64,20 +63,5 @@ async def browse(name: str, timeout: float) -> tuple[list[str], int]:
     """Zeroconf's own browser on loopback: the addresses and port advertised under `name`."""
     from edge_agent.wyoming.advertise import SERVICE_TYPE
 
-    zc = AsyncZeroconf(interfaces=["127.0.0.1"], ip_version=IPVersion.V4Only)
-    found: asyncio.Queue[str] = asyncio.Queue()
-
-    def on_change(zeroconf: object, service_type: str, name: str, state_change: ServiceStateChange) -> None:
-        if state_change is ServiceStateChange.Added:
-            found.put_nowait(name)
-
-    browser = AsyncServiceBrowser(zc.zeroconf, SERVICE_TYPE, handlers=[on_change])
-    try:
-        while (seen := await asyncio.wait_for(found.get(), timeout)) != name:
-            pass
-        info = await zc.async_get_service_info(SERVICE_TYPE, seen, 3000)
-        assert info is not None
-        return info.parsed_addresses(), int(info.port or 0)
-    finally:
-        await browser.async_cancel()
-        await zc.async_close()
+    seen = await mdns_browse(SERVICE_TYPE, name, timeout)
+    return seen.addresses, seen.port
