@@ -117,7 +117,7 @@ RETIRE_WAIT_S = 300.0
 """How long a replaced synthesizer waits for the announcement still using it before it is closed."""
 
 SynthesizerFactory = Callable[[Settings], Synthesizer]
-ListenerFactory = Callable[[Settings, WakeFilter], HearingLoop | None]
+HearingFactory = Callable[[Settings, WakeFilter], HearingLoop | None]
 
 
 def local_synthesizer(settings: Settings) -> Synthesizer:
@@ -133,7 +133,7 @@ def routed_synthesizer(settings: Settings) -> Synthesizer:
     return make_synthesizer(settings, store)
 
 
-def asr_listener(settings: Settings, accept_wake: WakeFilter,
+def hearing_loop(settings: Settings, accept_wake: WakeFilter,
                  reference: PlaybackReference | None = None) -> HearingLoop | None:
     """Microphone -> wake word -> VAD -> Whisper, when an exported ASR model is present (None otherwise).
 
@@ -172,7 +172,7 @@ class Daemon:
 
     def __init__(self, source: SettingsSource, *,
                  synthesizer_factory: SynthesizerFactory = routed_synthesizer,
-                 listener_factory: ListenerFactory | None = None,
+                 listener_factory: HearingFactory | None = None,
                  opener_factory: Callable[[Settings], SinkOpener] | None = None) -> None:
         self.source = source
         self.base = source.build()
@@ -182,7 +182,7 @@ class Daemon:
         self._make_synth = synthesizer_factory
         self.reference = PlaybackReference()
         """What the loudspeaker played: the echo canceller's reference and the own-voice guard's."""
-        self._make_listener = listener_factory or functools.partial(asr_listener, reference=self.reference)
+        self._make_listener = listener_factory or functools.partial(hearing_loop, reference=self.reference)
         self._make_opener = opener_factory or functools.partial(default_opener, reference=self.reference)
         self._stop_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -41,8 +41,8 @@ from edge_agent.asr.tokenizer import SPACE_TOKEN, Tokenizer
 from edge_agent.audio.frames import Samples
 from edge_agent.config import AsrSettings, ModelSettings
 from edge_agent.errors import ModelError, UsageError
+from edge_agent.onnxsessions import make_session
 from edge_agent.providers import CPU, Accelerator, Profile
-from edge_agent.runtime import make_session
 
 log = logging.getLogger(__name__)
 

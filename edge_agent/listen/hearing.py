@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from edge_agent.asr.listener import Transcriber, Transcribing, Transcript
+from edge_agent.asr.transcriber import Transcriber, Transcribing, Transcript
 from edge_agent.asr.whisper import WhisperOnnx
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.pump import Pump

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from edge_agent.asr.listener import Transcriber
+from edge_agent.asr.transcriber import Transcriber
 from edge_agent.asr.whisper import WhisperOnnx, resolve_export_dir
 from edge_agent.config import Settings, parse_uri
 from edge_agent.errors import EdgeError

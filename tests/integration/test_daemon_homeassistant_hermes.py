@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edge_agent.asr.listener import Transcript
+from edge_agent.asr.transcriber import Transcript
 from edge_agent.audio.wav import read_wav
 from edge_agent.daemon import Daemon, SettingsSource
 from edge_agent.homeassistant.discovery import NOTIFY_TEMPLATE
