@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from edge_agent.asr.settings import AsrSettings
 from edge_agent.asr.whisper import Padding, WhisperOnnx
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.pump import Pump
 from edge_agent.audio.sources import AudioSource, open_source
-from edge_agent.config import AsrSettings, Settings
+from edge_agent.config import Settings
 from edge_agent.models.store import ModelStore
 from edge_agent.providers import for_use
 from edge_agent.vad import make_segmenter
