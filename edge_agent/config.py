@@ -118,9 +118,14 @@ class ListenSettings:
     """wake: transcribe one command after a wake word; always: transcribe everything; off: no microphone."""
     command_timeout_s: float = 8.0
     """A turn ends this long after it opened if the command has not ended by itself."""
-    early_end_ms: int = 150
+    early_end_ms: int = 0
     """In a turn, decode at the first pause this long and end the turn there when Whisper hears a
-    complete sentence (0: always wait for the VAD hangover)."""
+    complete sentence (0, the default: the turn ends where the VAD's hangover ends the utterance;
+    an early end drops a second sentence said after a pause longer than this)."""
+    lookback_ms: int = 150
+    """A turn's audio starts this long before the wake word was detected (the model decides 0.05-0.2 s
+    after the phrase has ended), so a command said without a pause keeps its first word; longer takes
+    in the phrase's last syllable, which Whisper writes as a word (200 ms: 'off, turn on ...')."""
     answer_wait_s: float = 5.0
     """An announcement paused by a turn waits this long for the turn's answer before it resumes."""
 
@@ -129,6 +134,8 @@ class ListenSettings:
             raise ValueError(f"command_timeout_s: {self.command_timeout_s} is outside 1..60")
         if not 0 <= self.early_end_ms <= 2000:
             raise ValueError(f"early_end_ms: {self.early_end_ms} is outside 0..2000")
+        if not 0 <= self.lookback_ms <= 1000:
+            raise ValueError(f"lookback_ms: {self.lookback_ms} is outside 0..1000")
         if not 0.0 <= self.answer_wait_s <= 120.0:
             raise ValueError(f"answer_wait_s: {self.answer_wait_s} is outside 0..120")
 

@@ -88,9 +88,11 @@ def port_of(daemon: Daemon) -> int:
     return daemon.esphome.port
 
 
-async def connected(daemon: Daemon) -> AsyncIterator[APIClient]:
-    """Home Assistant's client, connected and logged in as Home Assistant does."""
-    client = APIClient("127.0.0.1", port_of(daemon), password=None, client_info="Home Assistant test")
+async def connected(daemon: Daemon, noise_psk: str | None = None) -> AsyncIterator[APIClient]:
+    """Home Assistant's client, connected and logged in as Home Assistant does (encrypted with
+    `noise_psk`)."""
+    client = APIClient("127.0.0.1", port_of(daemon), password=None, client_info="Home Assistant test",
+                       noise_psk=noise_psk)
     await asyncio.wait_for(client.connect(login=True), 10)
     try:
         yield client

@@ -6,11 +6,13 @@ once (espeak-ng and our Piper voice) and kept in the shared test cache.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
 import wave
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,6 +21,8 @@ from benchmarks.clips import COMMANDS, Clip, clips_dir, make_clips
 
 RATE = 16000
 WHISPER_SOURCE = "whisper-tiny.en"
+TWO_SENTENCES = "Dinner is ready. Please come to the table."
+"""The truncation clip of issue 23: a turn used to end after "ready." and lose the second sentence."""
 
 
 def write_wav(path: Path, samples: np.ndarray, rate: int = RATE, channels: int = 1, width: int = 2) -> Path:
@@ -38,6 +42,45 @@ def write_wav(path: Path, samples: np.ndarray, rate: int = RATE, channels: int =
         wav.setframerate(rate)
         wav.writeframes(raw)
     return path
+
+
+_speed_voices: dict[float, Any] = {}
+
+
+def piper_speed_clip(text: str, directory: Path, model_cache: Path, speed: float) -> Path:
+    """`text` by Piper's joe, noiseless, at length scale `speed` (1 is the voice's own), cached in
+    `directory` (`bench.clips` keys its clips by text alone, at the voice's own speed)."""
+    digest = hashlib.sha256(f"joe\0{speed}\0{text}".encode()).hexdigest()[:12]
+    path = directory / f"sweep-piper{speed}-{digest}.wav"
+    if path.is_file():
+        return path
+    from dataclasses import replace
+
+    from benchmarks.clips import clip_settings
+    from edge_agent.audio.sinks import WavSink
+    from edge_agent.config import TtsSettings
+    from edge_agent.models import ModelStore, load_catalog
+    from edge_agent.tts.registry import VoiceRegistry
+    from edge_agent.tts.voice import synthesize
+
+    registry = _speed_voices.get(speed)
+    if registry is None:
+        settings = replace(clip_settings(TtsSettings()), length_scale=speed)
+        registry = _speed_voices[speed] = VoiceRegistry(ModelStore(model_cache, load_catalog()), settings)
+    voice = registry.get("en_US-joe-medium")
+    directory.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f".{path.name}.part")
+    sink = WavSink(part, voice.sample_rate)
+    sink.write(np.concatenate([c.samples for c in synthesize(voice, text)]))
+    sink.close()
+    part.replace(path)
+    return path
+
+
+def close_speed_voices() -> None:
+    for registry in _speed_voices.values():
+        registry.close()
+    _speed_voices.clear()
 
 
 def run_cli(*args: str, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -45,7 +45,8 @@ class Transcript:
     asr_s: float = 0.0
     """Seconds Whisper took (features, encoder, decoder)."""
     latency_s: float = 0.0
-    """End of speech -> transcript for real-time input: the VAD's hangover plus `asr_s`."""
+    """End of speech -> transcript for real-time input: the VAD's hangover plus `asr_s` (in a
+    turn Whisper may run during the hangover: then the later of the two, `listen.hearing`)."""
     cut: bool = False
     """The speech went on past `vad.max_utterance_s` and continues in the next transcript."""
 
@@ -99,8 +100,13 @@ class Transcribing:
         self.stats = TranscribingStats()
 
     def push(self, block: Samples) -> list[Transcript]:
+        return self._transcribe_all(self.segment(block))
+
+    def segment(self, block: Samples) -> list[Utterance]:
+        """The utterances that ended in `block`, not yet transcribed (a caller that already
+        decoded one, `listen.hearing`'s speculative decode, transcribes the rest itself)."""
         self.stats.audio_s += block.size / SAMPLE_RATE
-        return self._transcribe_all(self.segmenter.push(block))
+        return self.segmenter.push(block)
 
     def flush(self) -> list[Transcript]:
         return self._transcribe_all(self.segmenter.flush())

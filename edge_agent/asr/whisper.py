@@ -6,6 +6,13 @@ every input to 30 s; for a 2 s voice command that padding is most of the work.
 behaviour) or `bucket` (speech plus a margin of silence, rounded up to a multiple
 of `bucket_s`, so a few distinct lengths keep onnxruntime's caches warm).
 
+A short window is not the same input made cheaper: the encoder's self-attention spans
+the whole window, so every encoder state (the speech's too) changes with its length,
+and Whisper was trained on 30 s windows only. Mostly the transcript is the same; where
+the model is unsure it can differ by whole words ("Lock the front door." became "The
+Lachma Front Door"). So a bucket result that is degenerate, or whose tokens average a
+log-probability below `retry_logprob`, is decoded again in the 30 s window.
+
 Decoding follows openai-whisper without timestamps: the prompt is the
 start-of-transcript sequence plus `<|notimestamps|>`, blank output and
 end-of-text are suppressed on the first step, the manifest's `suppress_tokens`
@@ -58,10 +65,12 @@ class Padding:
     policy: str = AsrSettings.padding
     bucket_s: float = AsrSettings.bucket_s
     margin_s: float = AsrSettings.margin_s
+    retry_logprob: float = AsrSettings.retry_logprob
+    """A bucket result less sure than this (mean token log-probability) is decoded again at 30 s."""
 
     @staticmethod
     def from_settings(settings: AsrSettings) -> Padding:
-        return Padding(settings.padding, settings.bucket_s, settings.margin_s)
+        return Padding(settings.padding, settings.bucket_s, settings.margin_s, settings.retry_logprob)
 
     def frames(self, n_samples: int) -> int:
         """Mel frames (even, at most 3000) fed to the encoder for `n_samples` of audio."""
@@ -313,9 +322,9 @@ class WhisperOnnx:
         """Transcribe 16 kHz mono audio; beyond 30 s it goes in consecutive 30 s windows.
 
         `beam_size` 1 decodes greedily; more keeps that many hypotheses. With bucket
-        padding, a degenerate result (a repetition loop: text that
-        compresses too well, or decoding that ran out of tokens) is decoded again
-        with Whisper's full 30 s window, and `fallback` says so.
+        padding, a degenerate result (a repetition loop: text that compresses too well,
+        or decoding that ran out of tokens) or an unsure one (`Padding.retry_logprob`) is
+        decoded again with Whisper's full 30 s window, and `fallback` says so.
         """
         pad = padding or Padding("full")
         if audio.size > N_FRAMES * HOP_LENGTH:
@@ -323,9 +332,9 @@ class WhisperOnnx:
         frames = pad.frames(audio.size)
         limit = min(max_tokens, token_budget(audio.size / SAMPLE_RATE))
         result = self._recognize_window(audio, frames, limit, language, beam_size)
-        if frames < N_FRAMES and degenerate(result, limit):
-            log.info("decode at %d frames looks degenerate (%r); retrying with 30 s", frames,
-                     result.text[:80])
+        if frames < N_FRAMES and (degenerate(result, limit) or result.avg_logprob < pad.retry_logprob):
+            log.info("decode at %d frames looks degenerate or unsure (%r, logprob %.2f); retrying with 30 s",
+                     frames, result.text[:80], result.avg_logprob)
             full = self._recognize_window(audio, N_FRAMES, max_tokens, language, beam_size)
             spent = result.timings
             timings = Timings(spent.features + full.timings.features, spent.encoder + full.timings.encoder,

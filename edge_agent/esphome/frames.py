@@ -8,8 +8,8 @@ a silent client gets `idle_timeout_s` to start a frame and a started frame
 `frame_timeout_s` to finish. Anything wrong is a `FrameError` naming it, and the
 connection is closed. Writing uses aioesphomeapi's own packet builder.
 
-An encrypted client (the Noise transport) starts its frames with 0x01: that is
-refused with a message saying the device speaks plain text.
+An encrypted client (the Noise transport, `noise.py`) starts its frames with 0x01: a
+device without a key refuses it with a message saying the device speaks plain text.
 """
 
 from __future__ import annotations
@@ -52,6 +52,10 @@ class FrameReader:
     def __init__(self, reader: asyncio.StreamReader, limits: FrameLimits) -> None:
         self._reader = reader
         self.limits = limits
+
+    @staticmethod
+    def encode(*messages: Message) -> list[bytes]:
+        return encode(*messages)
 
     async def read(self) -> Message | None:
         try:

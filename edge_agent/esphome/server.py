@@ -1,6 +1,8 @@
 """The ESPHome native API server: Home Assistant's connections to the device.
 
-Each connection must open with `HelloRequest` within `frame_timeout_s`; the device
+With `esphome.encryption_key` every connection is encrypted (`noise.py`: the handshake
+first, a plain-text client told that the device requires encryption, a wrong key told
+so); otherwise plain text (`frames.py`). Each connection must open with `HelloRequest`; the device
 answers with its name and API version, then serves device info, the entity list,
 states, pings and the voice assistant (`assistant`). At most `max_connections` are
 open; one more is refused. A connection whose outgoing data piles up past
@@ -21,7 +23,8 @@ from google.protobuf.message import Message
 from edge_agent import __version__
 from edge_agent.esphome.assistant import Assistant
 from edge_agent.esphome.entities import Entities
-from edge_agent.esphome.frames import FrameError, FrameLimits, FrameReader, encode
+from edge_agent.esphome.frames import FrameError, FrameLimits, FrameReader
+from edge_agent.esphome.noise import REQUIRES_ENCRYPTION, NoiseFrames, RequiresEncryption, WrongKey
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +40,8 @@ class ApiConnection:
                  writer: asyncio.StreamWriter) -> None:
         self.server = server
         self.writer = writer
-        self.frames = FrameReader(reader, server.limits)
+        self.frames: FrameReader | NoiseFrames = (NoiseFrames(reader, server.limits, server.psk)
+                                                  if server.psk else FrameReader(reader, server.limits))
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "a client"
         self.greeted = False
@@ -51,12 +55,20 @@ class ApiConnection:
 
     async def run(self) -> None:
         try:
+            if isinstance(self.frames, NoiseFrames):
+                self.writer.writelines(await self.frames.handshake(self.server.name, self.server.mac))
             while True:
                 message = await self.frames.read()
                 if message is not None and not self._handle(message):
                     return
         except EOFError:
             pass
+        except RequiresEncryption as exc:
+            self.writer.write(REQUIRES_ENCRYPTION)  # the client's helper reports "requires encryption"
+            log.warning("esphome: %s: %s", self.peer, exc)
+        except WrongKey as exc:
+            self.writer.writelines(exc.frames)  # the client reports an invalid encryption key
+            log.warning("esphome: %s: %s; connection closed", self.peer, exc)
         except FrameError as exc:
             log.warning("esphome: %s: %s; connection closed", self.peer, exc)
         finally:
@@ -75,7 +87,7 @@ class ApiConnection:
                         self.peer, buffered)
             self.writer.transport.abort()
             return False
-        self.writer.writelines(encode(*messages))
+        self.writer.writelines(self.frames.encode(*messages))
         return True
 
     def post(self, *messages: Message) -> None:
@@ -128,7 +140,7 @@ class EsphomeServer:
 
     def __init__(self, name: str, host: str, port: int, assistant: Assistant, entities: Entities, *,
                  mac: str, limits: FrameLimits | None = None, max_connections: int = 8,
-                 max_buffered_bytes: int = 1 << 20) -> None:
+                 max_buffered_bytes: int = 1 << 20, psk: bytes | None = None) -> None:
         self.name = name
         self.host = host
         self.port = port
@@ -138,6 +150,8 @@ class EsphomeServer:
         self.limits = limits or FrameLimits()
         self.max_connections = max_connections
         self.max_buffered_bytes = max_buffered_bytes
+        self.psk = psk
+        """The Noise pre-shared key (`esphome.encryption_key`); None: plain text."""
         self.connections: set[ApiConnection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
@@ -164,7 +178,8 @@ class EsphomeServer:
         return pb.DeviceInfoResponse(
             name=self.name, friendly_name=self.name, mac_address=self.mac, esphome_version="2025.9.0",
             model=MODEL, manufacturer=MANUFACTURER, project_name="edge-speech.edge-agent",
-            project_version=__version__, voice_assistant_feature_flags=self.assistant.features())
+            project_version=__version__, voice_assistant_feature_flags=self.assistant.features(),
+            api_encryption_supported=self.psk is not None)
 
     def _publish(self, message: Message) -> None:
         """A state change, to every subscribed connection (any thread)."""

@@ -14,6 +14,7 @@ import logging
 from edge_agent.esphome.assistant import Assistant
 from edge_agent.esphome.entities import Entities
 from edge_agent.esphome.frames import FrameLimits
+from edge_agent.esphome.noise import check_key
 from edge_agent.esphome.server import EsphomeServer
 from edge_agent.esphome.settings import EsphomeSettings
 from edge_agent.mdns import Advertisement, label
@@ -43,7 +44,8 @@ class EsphomeService:
         self.assistant = assistant
         self.server = EsphomeServer(label(self.name), settings.host, settings.port, assistant, entities,
                                     mac=self.mac, limits=limits, max_connections=settings.max_connections,
-                                    max_buffered_bytes=settings.max_buffered_bytes)
+                                    max_buffered_bytes=settings.max_buffered_bytes,
+                                    psk=check_key(settings.encryption_key) or None)
         self._advert: Advertisement | None = None
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 
 
@@ -19,7 +20,9 @@ class EsphomeSettings:
     name: str = ""
     """The device's name in Home Assistant (empty: the device id)."""
     encryption_key: str = ""
-    """The Noise-encrypted transport's key. Not implemented yet: leave empty (plain text)."""
+    """The Noise-encrypted transport's pre-shared key, base64 of 32 bytes (`openssl rand -base64 32`),
+    the same as typed into Home Assistant; every connection is then encrypted and a plain-text client
+    is refused. Empty: plain text."""
     zeroconf: bool = True
     """Advertise `_esphomelib._tcp.local.` so Home Assistant discovers the device."""
     max_connections: int = 8
@@ -37,8 +40,13 @@ class EsphomeSettings:
 
     def __post_init__(self) -> None:
         if self.encryption_key:
-            raise ValueError("encryption_key: the Noise-encrypted transport is not implemented yet; "
-                             "leave it empty (Home Assistant connects in plain text)")
+            try:
+                key = base64.b64decode(self.encryption_key, validate=True)
+            except ValueError:
+                key = b""
+            if len(key) != 32:
+                raise ValueError("encryption_key: not base64 of 32 bytes (make one with "
+                                 "`openssl rand -base64 32`)")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port: {self.port} is outside 0..65535")
         for name in ("max_connections", "max_frame_bytes", "max_buffered_bytes", "media_max_bytes"):

@@ -12,14 +12,28 @@ Modes (`listen.mode`):
 
 Streamed turns (a Wyoming satellite: Home Assistant transcribes). `stream_turns` is
 asked at each wake word; when it says yes the turn's audio is not segmented or
-transcribed here but handed on as `Streamed` blocks, from the sample the wake
-word ended at, until `end_turn` (the remote side has its transcript) or
-`listen.command_timeout_s`.
+transcribed here but handed on as `Streamed` blocks until `end_turn` (the remote side
+has its transcript) or `listen.command_timeout_s` after the wake word.
 
-Ending early (`listen.early_end_ms`): in a turn, at the first pause of that length
-the speech so far is transcribed; if Whisper hears a complete sentence (it ends
-with `.`, `?` or `!`) the turn ends there instead of after the VAD's hangover.
-Otherwise the turn goes on and the utterance is transcribed again when it ends.
+Where a turn starts (`listen.lookback_ms`): the wake model decides 0.05-0.3 s after
+the phrase has ended, so a command spoken without a pause has begun by then. A short
+ring buffer of the audio before each block lets a turn, local or streamed alike, start
+that long before the detection (never before the previous turn ended): the command's
+first word is kept whole, at the price of at most a syllable of the wake phrase.
+
+Decoding during the pause: once the speech has paused for `TAIL_MS` (the tail the VAD
+keeps after speech, so the utterance can no longer change unless speech resumes) it is
+transcribed while the VAD's hangover runs; if the utterance then ends without more
+speech that transcript is the command, so Whisper's time overlaps the hangover instead
+of following it. The turn still ends only where the VAD ends the utterance: a pause
+between two sentences shorter than `vad.hangover_ms` never cuts the command.
+
+Ending early (`listen.early_end_ms`, off by default): at the first pause of that
+length the speech so far is transcribed and, if Whisper hears a complete sentence
+(it ends with `.`, `?` or `!`), the turn ends there instead of after the VAD's
+hangover. Faster, but it drops whatever follows a pause between sentences (Whisper
+punctuates what it has heard so far as complete): 150 ms cut "Dinner is ready.
+Please come to the table." after "ready." at a slow speaking rate.
 
 A pure state machine like `vad.segmenter`: no threads, no I/O; `audio.pump`
 runs it over a source. Times are seconds of stream time.
@@ -30,9 +44,12 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
+
+import numpy as np
 
 from edge_agent.asr.transcriber import Transcriber, Transcribing, Transcript
 from edge_agent.asr.whisper import WhisperOnnx
@@ -45,6 +62,7 @@ from edge_agent.errors import UsageError
 from edge_agent.listen.ownvoice import through_front_end
 from edge_agent.models.store import ModelStore
 from edge_agent.vad import make_segmenter
+from edge_agent.vad.segmenter import TAIL_MS, Utterance
 from edge_agent.wake.engine import SAMPLE_RATE, Detection, WakeEngine
 
 log = logging.getLogger(__name__)
@@ -106,6 +124,8 @@ class _Turn:
     """Stream time minus segmenter time (the segmenter only hears turns)."""
     tried_early: bool = False
     streamed: bool = False
+    speculative: tuple[Utterance, Transcript | None] | None = None
+    """The utterance decoded during the current pause and what Whisper made of it."""
 
 
 class Hearing:
@@ -129,6 +149,11 @@ class Hearing:
         self._now = 0
         """Stream sample up to which the current turn has been segmented."""
         self._turn: _Turn | None = None
+        self._lookback = round(settings.lookback_ms * SAMPLE_RATE / 1000)
+        self._recent: deque[tuple[int, Samples]] = deque()
+        """(stream sample, block) of the audio before the current block, at least `_lookback` long."""
+        self._idle_since = 0
+        """Stream sample where the last turn ended: a lookback never reaches back past it."""
         self._requested: str | None = None
         self._end_requested: str | None = None
         self._lock = threading.Lock()
@@ -170,19 +195,47 @@ class Hearing:
         detections = self.wake.feed(block)
         if self._turn is not None:
             events += self._continue(block, start, end)
+            self._remember_rest(block, start)
             return events
         for detection in detections:
             if self.accept_wake is not None and not self.accept_wake(detection):
                 log.info("wake word %s at %.2f s ignored", detection.model, detection.time)
                 continue
-            at = min(max(0, round(detection.time * SAMPLE_RATE) - start), block.size)
+            at = start + min(max(0, round(detection.time * SAMPLE_RATE) - start), block.size)
+            begin, audio = self._looked_back(block, start, at)
             conversation_id = uuid.uuid4().hex
             streamed = self.stream_turns is not None and self.stream_turns()
-            self._open(conversation_id, detection.wake_word, start + at, streamed)
+            self._open(conversation_id, detection.wake_word, begin, streamed, deadline_from=at)
             events.append(Woke(detection, conversation_id, streamed))
-            events += self._continue(block[at:], start + at, None)
+            events += self._continue(audio, begin, None)
+            self._remember_rest(block, start)
             break
+        else:
+            self._remember(block, start)
         return events
+
+    def _remember_rest(self, block: Samples, start: int) -> None:
+        """A turn that ended inside `block`: what follows its end may be the next turn's lookback."""
+        if self._turn is None and self._now < start + block.size:
+            self._remember(block[self._now - start:], self._now)
+
+    def _remember(self, block: Samples, start: int) -> None:
+        """Keep `block` in the ring buffer, dropping what lies more than `_lookback` before its end."""
+        if self._lookback <= 0:
+            return
+        self._recent.append((start, block))
+        end = start + block.size
+        while self._recent and self._recent[0][0] + self._recent[0][1].size <= end - self._lookback:
+            self._recent.popleft()
+
+    def _looked_back(self, block: Samples, start: int, at: int) -> tuple[int, Samples]:
+        """Where a turn woken at stream sample `at` starts, and its audio up to the end of `block`."""
+        begin = max(at - self._lookback, self._idle_since, self._recent[0][0] if self._recent else start)
+        parts = [b for s, b in self._recent] + [block]
+        first = self._recent[0][0] if self._recent else start
+        self._recent.clear()
+        audio = np.concatenate(parts) if len(parts) > 1 else block
+        return begin, audio[begin - first:]
 
     def flush(self) -> list[Event]:
         if self.mode == "always":
@@ -196,10 +249,13 @@ class Hearing:
 
     # -- the turn ----------------------------------------------------------------
 
-    def _open(self, conversation_id: str, wake_word: str | None, at: int, streamed: bool = False) -> None:
+    def _open(self, conversation_id: str, wake_word: str | None, at: int, streamed: bool = False,
+              deadline_from: int | None = None) -> None:
         segmenter = self.transcribing.segmenter
         segmenter.discard()
-        deadline = at + round(self.settings.command_timeout_s * SAMPLE_RATE)
+        self._recent.clear()
+        deadline = (at if deadline_from is None else deadline_from) + round(
+            self.settings.command_timeout_s * SAMPLE_RATE)
         self._turn = _Turn(conversation_id, wake_word, deadline, at / SAMPLE_RATE - segmenter.position,
                            streamed=streamed)
 
@@ -228,11 +284,12 @@ class Hearing:
                 return []
             piece = samples[offset:offset + self._frame]
             self._now = start + offset + piece.size
-            transcripts = self.transcribing.push(piece)
-            if transcripts:
-                return self._finish(transcripts, "heard")
+            ended = self.transcribing.segment(piece)
+            if ended:
+                return self._finish([t for t in map(self._transcribe, ended) if t is not None], "heard")
             if segmenter.in_speech and segmenter.silence_ms == 0:
                 turn.tried_early = False  # speech goes on: its next pause may end the turn
+                turn.speculative = None
             elif segmenter.in_speech:
                 early = self._try_early(turn)
                 if early:
@@ -241,17 +298,33 @@ class Hearing:
                 return self._finish(self.transcribing.flush(), "timeout")
         return []
 
+    def _transcribe(self, utterance: Utterance) -> Transcript | None:
+        """The utterance's transcript: the one decoded during its pause when the audio is the same."""
+        turn = self._turn
+        decoded = turn.speculative if turn is not None else None
+        if decoded is None or not _same_audio(decoded[0], utterance):
+            return self.transcribing.transcribe(utterance)
+        transcript = decoded[1]
+        if transcript is None:
+            return None
+        # Whisper ran during the hangover: the transcript was ready when the decode ended or when
+        # the VAD ended the utterance, whichever came later.
+        waited = utterance.ended_at - utterance.end
+        return replace(transcript, latency_s=max(waited, transcript.latency_s))
+
     def _try_early(self, turn: _Turn) -> list[Event]:
         early_ms = self.settings.early_end_ms
         segmenter = self.transcribing.segmenter
-        if early_ms <= 0 or turn.tried_early or segmenter.silence_ms < early_ms:
+        pause_ms = early_ms if early_ms > 0 else TAIL_MS
+        if turn.tried_early or segmenter.silence_ms < pause_ms:
             return []
         turn.tried_early = True
         utterance = segmenter.peek()
         if utterance is None or utterance.speech_ms < segmenter.settings.min_utterance_ms:
             return []
         transcript = self.transcribing.transcribe(utterance)
-        if transcript is None or not transcript.text.rstrip().endswith(COMPLETE):
+        turn.speculative = (utterance, transcript)
+        if early_ms <= 0 or transcript is None or not transcript.text.rstrip().endswith(COMPLETE):
             return []
         segmenter.discard()
         return self._finish([transcript], "heard", early=True)
@@ -261,6 +334,7 @@ class Hearing:
         turn = self._turn
         assert turn is not None
         self._turn = None
+        self._idle_since = self._now
         self.transcribing.segmenter.discard()
         events: list[Event] = []
         if transcripts:
@@ -315,3 +389,8 @@ def build_hearing(settings: Settings, store: ModelStore, source: AudioSource | N
     source, accept_wake = through_front_end(settings, source, reference, accept_wake, wake is not None)
     hearing = Hearing(mode, transcribing, wake, settings.listen, accept_wake)
     return HearingLoop(source, hearing)
+
+
+def _same_audio(decoded: Utterance, final: Utterance) -> bool:
+    """The final utterance is the very audio decoded during its pause (no speech came since)."""
+    return decoded.audio_start == final.audio_start and decoded.samples.size == final.samples.size

@@ -50,3 +50,34 @@ def test_log_softmax_in_float32_matches_float64_and_ignores_suppressed_tokens():
     finite = logits[np.isfinite(logits)].astype(np.float64)
     expected = logits[token] - finite.max() - np.log(np.exp(finite - finite.max()).sum())
     assert _log_softmax_at(logits, token) == pytest.approx(expected, abs=1e-5)
+
+
+def test_the_default_padding_keeps_every_word_of_the_truncation_clip(whisper, clip_cache, shared_cache):
+    """Issue 23's clip, at three speaking rates: the default transcript is never shorter than
+    Whisper's own 30 s window's by more than a word."""
+    from benchmarks.clips import load_16k
+    from edge_agent.text.wer import words
+    from tests.speech_fixtures import TWO_SENTENCES, piper_speed_clip
+
+    for speed in (0.8, 1.0, 1.25):
+        audio = load_16k(piper_speed_clip(TWO_SENTENCES, clip_cache, shared_cache, speed))
+        default = whisper.recognize(audio, Padding.from_settings(AsrSettings())).text
+        full = whisper.recognize(audio, Padding("full")).text
+        assert len(words(default)) >= len(words(full)) - 1, (speed, default, full)
+        assert "table" in default.lower(), (speed, default)
+
+
+def test_an_unsure_short_window_result_is_decoded_again_in_30_s(whisper, clip_cache, shared_cache):
+    """The truncation itself: in a 6 s window the encoder's states differ (its attention spans
+    the window) and Whisper ends after one word; that word's end-of-text is unsure, so the
+    retry hears the whole clip in 30 s."""
+    from benchmarks.clips import load_16k
+    from tests.speech_fixtures import TWO_SENTENCES, piper_speed_clip
+
+    audio = load_16k(piper_speed_clip(TWO_SENTENCES, clip_cache, shared_cache, 1.25))
+    short = whisper.recognize(audio, Padding("bucket", bucket_s=6.0, margin_s=0.0, retry_logprob=-10.0))
+    assert short.frames == 600 and short.text == "Then" and short.avg_logprob < -0.6
+    retried = whisper.recognize(audio, Padding("bucket", bucket_s=6.0, margin_s=0.0))
+    assert retried.fallback and retried.frames == 3000
+    assert retried.text == whisper.recognize(audio, Padding("full")).text
+    assert "table" in retried.text.lower()

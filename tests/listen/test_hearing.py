@@ -16,7 +16,7 @@ from edge_agent.listen import Heard, Hearing, Streamed, TurnEnded, Woke
 from edge_agent.text.wer import wer
 from edge_agent.vad import Segmenter, WebRtcClassifier
 from edge_agent.wake import WakeEngine
-from tests.speech_fixtures import run_cli, silence, write_wav
+from tests.speech_fixtures import TWO_SENTENCES, piper_speed_clip, run_cli, silence, write_wav
 
 WAKE_COMMAND = "Okay Nabu, turn on the kitchen lights."
 COMMAND = "Set a timer for ten minutes."
@@ -56,7 +56,9 @@ def test_a_wake_word_opens_one_turn_whose_transcript_is_the_command(whisper, wak
     assert woke.detection.model == "okay_nabu" and heard.wake_word == "Okay Nabu"
     assert heard.conversation_id == woke.conversation_id == ended.conversation_id
     assert wer(["turn on the kitchen lights"], [heard.transcript.text]) == 0
-    assert woke.detection.time <= heard.transcript.start < heard.transcript.end < ended.time
+    lookback = ListenSettings().lookback_ms / 1000  # the turn starts that long before the detection
+    turn_start = round(woke.detection.time - lookback, 3)
+    assert turn_start <= heard.transcript.start < heard.transcript.end < ended.time
     # The second sentence came after the turn without a wake word: never transcribed.
 
 
@@ -99,11 +101,42 @@ def test_a_rejected_wake_word_opens_no_turn(whisper, wake_engine, speech):
 
 def test_ending_at_a_confident_pause_is_sooner_with_the_same_words(whisper, wake_engine, speech):
     audio = np.concatenate([silence(0.5), speech[WAKE_COMMAND], silence(1.5)])
-    early = [e for e in run(hearing(whisper, wake_engine, early_end_ms=150), audio) if isinstance(e, Heard)]
-    late = [e for e in run(hearing(whisper, wake_engine, early_end_ms=0), audio) if isinstance(e, Heard)]
-    assert early[0].early and not late[0].early
-    assert early[0].transcript.text == late[0].transcript.text
-    assert early[0].transcript.latency_s < late[0].transcript.latency_s - 0.25
+    early = run(hearing(whisper, wake_engine, early_end_ms=150), audio)
+    late = run(hearing(whisper, wake_engine), audio)
+    (early_heard, early_end), (late_heard, late_end) = early[1:], late[1:]
+    assert early_heard.early and not late_heard.early
+    assert early_heard.transcript.text == late_heard.transcript.text
+    # In stream time: 150 ms after the speech against the VAD's 500 ms hangover.
+    assert early_end.time < late_end.time - 0.3
+
+
+def test_the_decode_during_the_pause_is_the_command_and_whisper_runs_once(whisper, wake_engine, speech):
+    h = hearing(whisper, wake_engine)
+    events = run(h, np.concatenate([silence(0.5), speech[WAKE_COMMAND], silence(1.5)]))
+    heard = events[1].transcript
+    assert h.transcribing.stats.utterances == 1  # decoded in the pause, reused when the VAD ended it
+    assert wer(["turn on the kitchen lights"], [heard.text]) == 0
+    # Ready once the hangover is over (Whisper ran during it) or when Whisper finished, if later.
+    assert heard.latency_s == pytest.approx(max(0.5, 0.2 + heard.asr_s), abs=0.035)
+
+
+@pytest.fixture(scope="module")
+def two_sentences(clip_cache: Path, shared_cache: Path) -> np.ndarray:
+    """The truncation clip: a slow noiseless joe saying two sentences with a 150-240 ms pause."""
+    return load_16k(piper_speed_clip(TWO_SENTENCES, clip_cache, shared_cache, 1.25))
+
+
+def test_a_second_sentence_after_a_pause_is_part_of_the_command(whisper, wake_engine, two_sentences):
+    audio = np.concatenate([silence(0.3), two_sentences, silence(1.5)])
+    h = hearing(whisper, wake_engine)
+    h.open_turn("dinner")
+    heard = [e for e in run(h, audio) if isinstance(e, Heard)]
+    assert len(heard) == 1 and "table" in heard[0].transcript.text.lower(), heard
+    # The old default (ending at the first 150 ms pause after a complete sentence) lost it.
+    h = hearing(whisper, wake_engine, early_end_ms=150)
+    h.open_turn("dinner")
+    cut = [e for e in run(h, audio) if isinstance(e, Heard)]
+    assert "table" not in cut[0].transcript.text.lower()
 
 
 def test_listen_cli_prints_one_wake_and_one_transcript_as_json(tmp_path, whisper_dir, speech):
@@ -170,9 +203,9 @@ def test_a_streamed_turn_hands_on_the_audio_after_the_wake_word_until_it_is_ende
     ended = h.push(silence(0.03))
     assert [type(e) for e in ended] == [TurnEnded] and ended[0].reason == "ended"
     assert h.transcribing.stats.utterances == 0  # Whisper never ran: the remote side transcribes
-    # What went out is the command after the wake word, in order and whole.
+    # What went out is the command from the lookback before the wake word on, in order and whole.
     sent = np.concatenate([e.samples for e in streamed])
-    after_wake = audio[round(woke.detection.time * 16000):]
+    after_wake = audio[round(woke.detection.time * 16000) - round(ListenSettings().lookback_ms * 16):]
     assert np.array_equal(sent, after_wake[:sent.size])
     assert "kitchen lights" in whisper.recognize(sent, Padding.from_settings(AsrSettings())).text.lower()
 
@@ -184,5 +217,50 @@ def test_a_streamed_turn_nobody_ends_stops_at_the_command_timeout(whisper, wake_
     woke, ended = events[0], events[-1]
     assert isinstance(ended, TurnEnded) and ended.reason == "timeout"
     sent = sum(e.samples.size for e in events if isinstance(e, Streamed))
-    assert sent == round(2.0 * 16000)  # exactly the turn's length, nothing after its deadline
+    # The lookback, then exactly the turn's length after the wake word, nothing after its deadline.
+    assert sent == round(ListenSettings().lookback_ms * 16) + round(2.0 * 16000)
     assert ended.time == pytest.approx(woke.detection.time + 2.0, abs=0.01)
+
+
+@pytest.fixture(scope="module")
+def wake_then_command(piper_voice, clip_cache: Path) -> np.ndarray:
+    """"Okay Nabu, turn on the lights" with no pause: the phrase's end runs into the command's start."""
+    phrase, command = (load_16k(piper_clip(t, clip_cache, piper_voice))
+                       for t in ("Okay Nabu.", "Turn on the lights."))
+    voiced = np.flatnonzero(np.abs(phrase) > 0.01)
+    spoken = np.flatnonzero(np.abs(command) > 0.01)
+    return np.concatenate([silence(0.5), phrase[:voiced[-1] + 1], command[spoken[0]:], silence(1.5)])
+
+
+def test_a_command_said_without_a_pause_keeps_its_first_word(whisper, wake_engine, wake_then_command):
+    heard = [e for e in run(hearing(whisper, wake_engine), wake_then_command) if isinstance(e, Heard)]
+    assert heard and "turn" in heard[0].transcript.text.lower(), heard
+    # Starting at the detection, as before the lookback, the first word was clipped.
+    clipped = [e for e in run(hearing(whisper, wake_engine, lookback_ms=0), wake_then_command)
+               if isinstance(e, Heard)]
+    assert not clipped or "turn" not in clipped[0].transcript.text.lower()
+
+
+def test_a_streamed_turn_starts_with_the_first_word_of_a_command_said_without_a_pause(
+        whisper, wake_engine, wake_then_command):
+    h = hearing(whisper, wake_engine, command_timeout_s=2.0)
+    h.stream_turns = lambda: True
+    events = run(h, wake_then_command)
+    sent = np.concatenate([e.samples for e in events if isinstance(e, Streamed)])
+    text = whisper.recognize(sent, Padding.from_settings(AsrSettings())).text.lower()
+    assert "turn on the lights" in text, text
+
+
+def test_a_lookback_never_reaches_into_the_previous_turn(whisper, wake_engine, speech):
+    h = hearing(whisper, wake_engine, lookback_ms=1000, command_timeout_s=3.0)
+    h.stream_turns = lambda: True
+    wake = speech[WAKE_COMMAND]
+    audio = np.concatenate([silence(0.5), wake, silence(0.8), wake, silence(1.0)])
+    events = run(h, audio)
+    woken = [i for i, e in enumerate(events) if isinstance(e, Woke)]
+    assert len(woken) == 2, events
+    first_end = next(e for e in events if isinstance(e, TurnEnded))
+    assert events[woken[1]].detection.time - 1.0 < first_end.time  # a full lookback would overlap
+    sent = np.concatenate([e.samples for e in events[woken[1]:] if isinstance(e, Streamed)])
+    begin = round(first_end.time * 16000)
+    assert np.array_equal(sent, audio[begin:begin + sent.size])  # it starts where the first turn ended
