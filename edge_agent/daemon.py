@@ -644,6 +644,9 @@ class Daemon:
         """The wake words Home Assistant chose (the ESPHome API); None: `wake.models`."""
         self._config_volume = self.settings.audio.volume
         self.settings = self._with_user_volume(self.settings)
+        mode = self.settings.listen.mode if self.settings.daemon.listen else "off"
+        if self._mic_muted and mode != "off":  # the status sent on connecting, before the listener starts
+            self.listening = {"mode": mode, "state": "muted"}
 
     def _save_controls(self) -> None:
         try:
