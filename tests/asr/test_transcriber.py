@@ -118,7 +118,8 @@ def test_loud_noise_that_webrtc_passes_is_dropped_as_no_speech(whisper):
     assert listener.stats.utterances >= 1 and listener.transcriber.dropped >= 1
 
 
-def test_build_transcribing_loop_wires_the_configured_vad_and_model(whisper_dir, commands, shared_cache, silero_model):
+def test_build_transcribing_loop_wires_the_configured_vad_and_model(whisper_dir, commands, shared_cache,
+                                                                   silero_model):
     from edge_agent.asr.transcriber import build_transcribing_loop
     from edge_agent.config import load_settings
     from edge_agent.models import ModelStore, load_catalog
