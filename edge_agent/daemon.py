@@ -1,48 +1,11 @@
 """`edge-agent run`: the device daemon, wiring MQTT, announcements, fleet config, listener and metrics.
 
-Threads and loops (who owns what; also in docs/architecture.md):
-
-- The daemon loop (`asyncio.run(Daemon.run())`, the caller's thread) owns the
-  timers (heartbeat, metrics, idle-voice unloading), the fleet worker, signals and
-  shutdown. Blocking work leaves it through `asyncio.to_thread`: warm-up, unloading
-  idle voices, shutdown, and `FleetManager.process_inbox`, which runs `_activate`
-  (a config reload), one at a time because the worker awaits each.
-- `mqtt` (Bridge): the one thread that calls paho. It runs `_on_message`, so
-  `Announcer.submit` (journal fsync before the acknowledgement) and
-  `FleetManager.enqueue`; any thread publishes through the bridge's `Outbox`.
-- `speaker` (Announcer): takes the most urgent announcement and speaks it; each
-  playback adds a `synth` producer thread (`audio.playback.play`) for its length,
-  joined when the playback ends.
-- `offload-client` (ServerPool): one asyncio loop holding a connection to every
-  offload server; the speaker thread picks a server and hands each stream to it.
-  Closing the router cancels and awaits what still runs there, then joins it.
-- `listener` (`listen.HearingLoop`, when an ASR model is present and `listen.mode` is not off):
-  source -> front end (echo cancel, noise suppression, gain) -> wake word -> VAD -> Whisper; calls
-  `_on_event` (wake, transcript, end of turn). The speaker thread (and the chime's) write what the
-  sound card plays into `Daemon.reference` (a lock held for a copy); the listener reads it.
-  A turn holds the announcer (`Announcer.hold`) and plays the chime on a short-lived `chime`
-  thread; the speaker thread's status observer opens a reply turn (`expect_reply`).
-- The Wyoming servers (`wyoming.enabled`: the satellite on `wyoming.uri`, the services
-  on `wyoming.services_uri`, sharing this daemon's voice and Whisper) run on the daemon
-  loop, one task per connection; their synthesis and recognition leave the loop through
-  `asyncio.to_thread`. The satellite (`wyoming.satellite`) takes streamed turns from the listener thread
-  (`_on_event` only queues their events for the loop) and hands Home Assistant's audio
-  to `Announcer.submit_audio` through `asyncio.to_thread`.
-- `audio-command-stderr`: one per run of `audio.input_command` / `audio.output_command`,
-  draining its stderr; the listener thread owns the input command (reads, restarts, stops it).
-- `retire-synth`: one short-lived thread per reload that replaced the voice; it
-  waits (bounded) for the speaker to be idle, then closes the old synthesizer.
-
-Swapping on reload. What announcements are spoken with (announcement settings,
-synthesizer, sink opener, known voices) is one frozen `Speaking` bundle held by
-the `Announcer`. `_activate` builds and checks a complete new bundle first, then
-replaces the old one with one reference assignment (`Announcer.swap`); nothing
-ever mutates a bundle. The speaker thread reads the bundle once per announcement,
-so an announcement is spoken entirely with the old bundle or entirely with the
-new. `self.settings` and `self.topics` follow the same rule: replaced whole, read
-once per use. The invariant that makes closing safe: the speaker marks itself busy
-before it reads the bundle and idle only after its last use, so once the swap is
-done and the speaker is idle, nothing uses the old synthesizer.
+The daemon builds the parts and connects them: the MQTT bridge and its adapters,
+the announcer, the fleet manager, the hearing loop and the conversation turn
+around it (`listen.turn.Conversation`, which tells its `HearObserver`s: the MQTT
+publisher, Hermes, the remote turn takers), the Wyoming and ESPHome services.
+Which thread or loop owns what, and how a reload swaps what announcements are
+spoken with, is stated once, in docs/architecture.md ("Threads and loops").
 """
 
 from __future__ import annotations
@@ -76,20 +39,13 @@ from edge_agent.fleet.manager import ActiveConfig, FleetManager, Report
 from edge_agent.hermes.adapter import HermesAdapter
 from edge_agent.homeassistant.adapter import HomeAssistantAdapter
 from edge_agent.homeassistant.discovery import HaTopics
-from edge_agent.listen.hearing import (
-    Event,
-    Heard,
-    HearingLoop,
-    Streamed,
-    TurnEnded,
-    WakeFilter,
-    Woke,
-    build_hearing,
-)
-from edge_agent.listen.remote import RemoteTurns
+from edge_agent.listen.hearing import HearingLoop, WakeFilter, build_hearing
+from edge_agent.listen.remote import RemoteRouter, RemoteTurns
+from edge_agent.listen.turn import Conversation, HearObserver
 from edge_agent.metrics import Metrics
 from edge_agent.models import ModelStore, load_catalog
 from edge_agent.mqtt.bridge import Bridge
+from edge_agent.mqtt.hearing import HearPublisher
 from edge_agent.mqtt.outbox import KEEP, KEEP_LEAST, KEEP_MOST, Message
 from edge_agent.mqtt.topics import Topics
 from edge_agent.offload.client import make_synthesizer
@@ -97,7 +53,6 @@ from edge_agent.providers import for_use
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Synthesizer
-from edge_agent.wake.engine import Detection
 from edge_agent.wyoming.satellite import SatelliteService
 from edge_agent.wyoming.service import WyomingService, load_transcriber, load_wake
 
@@ -105,9 +60,6 @@ if TYPE_CHECKING:
     from edge_agent.esphome.service import EsphomeService
 
 log = logging.getLogger(__name__)
-
-ECHO_TAIL_S = 1.0
-"""Transcripts this soon after speech ended are taken for our own voice and dropped."""
 
 HEALTH_TEXT = "Ready."
 """Spoken (into no sink) to check a reloaded voice."""
@@ -117,7 +69,7 @@ RETIRE_WAIT_S = 300.0
 """How long a replaced synthesizer waits for the announcement still using it before it is closed."""
 
 SynthesizerFactory = Callable[[Settings], Synthesizer]
-ListenerFactory = Callable[[Settings, WakeFilter], HearingLoop | None]
+HearingFactory = Callable[[Settings, WakeFilter], HearingLoop | None]
 
 
 def local_synthesizer(settings: Settings) -> Synthesizer:
@@ -133,7 +85,7 @@ def routed_synthesizer(settings: Settings) -> Synthesizer:
     return make_synthesizer(settings, store)
 
 
-def asr_listener(settings: Settings, accept_wake: WakeFilter,
+def hearing_loop(settings: Settings, accept_wake: WakeFilter,
                  reference: PlaybackReference | None = None) -> HearingLoop | None:
     """Microphone -> wake word -> VAD -> Whisper, when an exported ASR model is present (None otherwise).
 
@@ -172,7 +124,7 @@ class Daemon:
 
     def __init__(self, source: SettingsSource, *,
                  synthesizer_factory: SynthesizerFactory = routed_synthesizer,
-                 listener_factory: ListenerFactory | None = None,
+                 listener_factory: HearingFactory | None = None,
                  opener_factory: Callable[[Settings], SinkOpener] | None = None) -> None:
         self.source = source
         self.base = source.build()
@@ -182,7 +134,7 @@ class Daemon:
         self._make_synth = synthesizer_factory
         self.reference = PlaybackReference()
         """What the loudspeaker played: the echo canceller's reference and the own-voice guard's."""
-        self._make_listener = listener_factory or functools.partial(asr_listener, reference=self.reference)
+        self._make_listener = listener_factory or functools.partial(hearing_loop, reference=self.reference)
         self._make_opener = opener_factory or functools.partial(default_opener, reference=self.reference)
         self._stop_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -191,13 +143,9 @@ class Daemon:
         self.bridge: Bridge | None = None
         self.wyoming: WyomingService | None = None
         self.esphome: EsphomeService | None = None
-        self._remote: RemoteTurns | None = None
-        """Where the current wake word's turn streams (the ESPHome API or the Wyoming satellite)."""
         self.listener: HearingLoop | None = None
         self.listening: dict[str, Any] = {"mode": "off", "state": "off"}
         """What the microphone does, on the status topic: mode, state (listening, unavailable, off)."""
-        self._release_timer: threading.Timer | None = None
-        self._turn_lock = threading.Lock()
         self.fleet = FleetManager(
             self.base.fleet, device=self.device, group=lambda: self.settings.device.group,
             cache_dir=self.base.models.cache_dir, validate=self._validate, activate=self._activate,
@@ -228,7 +176,17 @@ class Daemon:
             self.hermes = HermesAdapter(self.settings.hermes.site_id or self.device, self.announcements,
                                         self._publish)
             self.announcements.observe(self.hermes.on_status)
-        self.announcements.observe(self._on_announce_status)
+        self.remote = RemoteRouter(self._takers, self._end_streamed_turn)
+        """Hands a streamed turn to the ESPHome API or the Wyoming satellite."""
+        observers: list[HearObserver] = [HearPublisher(self._publish, lambda: self.topics)]
+        if self.hermes is not None:
+            observers.append(self.hermes)
+        observers.append(self.remote)
+        self.turns = Conversation(self.announcements, lambda: self.settings, self.metrics, observers,
+                                  chime=lambda name: _chime(self.announcements.speaking.opener, name),
+                                  open_turn=self._open_turn)
+        """The conversation turn around the hearing loop: its events go here."""
+        self.announcements.observe(self.turns.on_announce_status)
 
     @property
     def synth(self) -> Synthesizer:
@@ -284,8 +242,7 @@ class Daemon:
             self._loop.call_soon_threadsafe(self._stop_event.set)
 
     def _shutdown(self) -> None:
-        with self._turn_lock:
-            self._cancel_release()
+        self.turns.close()
         if self.listener is not None:
             self.listener.stop()
         self.announcements.stop()
@@ -497,7 +454,7 @@ class Daemon:
             self.listening = {"mode": mode, "state": "muted"}
             return
         try:
-            self.listener = self._make_listener(settings, self._accept_wake)
+            self.listener = self._make_listener(settings, self.turns.accept_wake)
         except EdgeError as exc:
             log.error("not listening: %s", exc)
             self.listening = {"mode": mode, "state": "unavailable", "error": str(exc)}
@@ -516,14 +473,14 @@ class Daemon:
         if mode == "wake":
             self.listening["wake_words"] = list(settings.wake.models)
         if isinstance(self.listener, HearingLoop):
-            self.listener.hearing.stream_turns = self._stream_turns
+            self.listener.hearing.stream_turns = self.remote.streaming
         source = getattr(self.listener, "source", None)
         if isinstance(source, FrontEndSource):
             source = source.source  # the microphone the front end hears
         if isinstance(source, CommandSource):
             listener = self.listener
             source.on_trouble = lambda problem: self._input_trouble(listener, problem)
-        self.listener.start(self._on_event, on_error=on_error,
+        self.listener.start(self.turns.on_event, on_error=on_error,
                             on_end=lambda: log.info("listener ended (its source closed)"))
         log.info("listening", extra={"mode": mode})
 
@@ -554,7 +511,7 @@ class Daemon:
             waking = self.settings.listen.mode == "wake" and self.settings.daemon.listen
             satellite = SatelliteService(self.settings, self.announcements, self._end_streamed_turn,
                                          list(self.settings.wake.models) if waking else [],
-                                         on_transcript=self._on_remote_transcript,
+                                         on_transcript=self.turns.remote_heard,
                                          on_change=lambda: self._publish(self._status_message("online")))
         service = WyomingService(self.settings, lambda: self.synth, transcriber, wake, satellite)
         try:
@@ -588,7 +545,7 @@ class Daemon:
         assistant = Assistant(self.announcements, entities,
                               MediaLimits(settings.media_max_bytes, settings.media_timeout_s),
                               end_turn=self._end_streamed_turn, open_turn=self._open_turn,
-                              on_transcript=self._on_remote_transcript)
+                              on_transcript=self.turns.remote_heard)
         service = EsphomeService(settings, self.device, assistant, entities)
         try:
             await service.start()
@@ -612,14 +569,13 @@ class Daemon:
             takers.append(self.satellite)
         return takers
 
-    def _stream_turns(self) -> bool:
-        """Whether a wake word heard now streams its turn to Home Assistant (the listener asks)."""
-        return any(taker.streaming for taker in self._takers())
-
-    def _open_turn(self, conversation_id: str) -> None:
-        """Home Assistant continues the conversation: a turn without a wake word (any thread)."""
+    def _open_turn(self, conversation_id: str) -> bool:
+        """A turn without a wake word (any thread): Home Assistant continues the conversation, or an
+        announcement expects a reply. False when the microphone does not listen for wake words."""
         if self.listener is not None and self.listening.get("mode") == "wake":
             self.listener.hearing.open_turn(conversation_id)
+            return True
+        return False
 
     def _set_wake_words(self, names: list[str]) -> None:
         """Home Assistant chose other wake words: the hearing loop restarts with them."""
@@ -642,90 +598,6 @@ class Daemon:
         """Home Assistant has the command (or is gone): the hearing loop ends the turn."""
         if isinstance(self.listener, HearingLoop):
             self.listener.hearing.end_turn(conversation_id)
-
-    # -- the conversation turn -----------------------------------------------------------
-
-    def _accept_wake(self, detection: Detection) -> bool:
-        """Whether a wake word heard now starts a turn (the listener thread asks).
-
-        While the device speaks: `wake.during_playback: ignore` drops it; otherwise it
-        is barge-in. Our own voice saying the wake phrase never gets here: the front end
-        cancels our playback from the microphone, and the own-voice guard
-        (`listen.ownvoice`) drops a detection the playback reference fired at too.
-        """
-        if not self.announcements.busy.is_set():
-            return True
-        return self.settings.wake.during_playback != "ignore"
-
-    def _on_event(self, event: Event) -> None:
-        remote = self._remote
-        if isinstance(event, Streamed):
-            if remote is not None:
-                remote.audio(event.conversation_id, event.samples)
-        elif isinstance(event, Woke):
-            self._on_wake(event)
-            if event.streamed:
-                self._remote = remote = next((t for t in self._takers() if t.streaming), None)
-                if remote is None:
-                    self._end_streamed_turn(event.conversation_id)
-                else:
-                    found = event.detection
-                    remote.begin_turn(event.conversation_id, found.model, found.wake_word, found.time)
-        elif isinstance(event, Heard):
-            self._on_heard(event)
-        elif isinstance(event, TurnEnded):
-            if remote is not None:
-                remote.end_turn(event.conversation_id)
-                self._remote = None
-            self._on_turn_end(event)
-
-    def _on_wake(self, event: Woke) -> None:
-        self.metrics.inc("wakes")
-        with self._turn_lock:  # nothing is spoken over the command but its answer
-            self._cancel_release()
-        self.announcements.hold()
-        log.info("wake word %s", event.detection.wake_word,
-                 extra={"conversation_id": event.conversation_id, "probability": event.detection.probability})
-        doc = {"wake_word": event.detection.wake_word, "conversation_id": event.conversation_id,
-               "ts": round(time.time(), 3)}
-        self._publish(Message.json(self.topics.wake, doc, qos=1))
-        if self.hermes is not None:
-            self.hermes.wake_detected(event.detection.model, session_id=event.conversation_id)
-        if self.settings.wake.chime:
-            opener = self.announcements.speaking.opener
-            name = f"wake-{event.conversation_id}"
-            threading.Thread(target=_chime, args=(opener, name), name="chime", daemon=True).start()
-
-    def _on_heard(self, event: Heard) -> None:
-        transcript = event.transcript
-        if event.conversation_id is None:  # listen.mode always: everything the microphone hears
-            quiet_s = time.monotonic() - self.announcements.last_spoke
-            if self.announcements.busy.is_set() or quiet_s < ECHO_TAIL_S:
-                # Most likely our own voice through the microphone.
-                log.info("transcript while speaking ignored: %s", transcript.text)
-                return
-        self.metrics.inc("transcripts")
-        doc: dict[str, Any] = {"text": transcript.text, "start": round(float(transcript.start), 3),
-                               "end": round(float(transcript.end), 3), "ts": round(time.time(), 3)}
-        if event.conversation_id is not None:
-            doc["conversation_id"] = event.conversation_id
-            self.metrics.observe("end_of_speech_to_transcript_s", transcript.latency_s)
-        if event.wake_word is not None:
-            doc["wake_word"] = event.wake_word
-        self._publish(Message.json(self.topics.transcript, doc, qos=1))
-        if self.hermes is not None:
-            self.hermes.text_captured(transcript.text, float(transcript.end - transcript.start),
-                                      wake_word=event.wake_word, session_id=event.conversation_id)
-
-    def _on_remote_transcript(self, text: str, conversation_id: str, wake_word: str) -> None:
-        """A streamed turn's command as Home Assistant heard it: published like the device's own
-        (stream times are Home Assistant's, so there are none)."""
-        self.metrics.inc("transcripts")
-        doc = {"text": text, "conversation_id": conversation_id, "wake_word": wake_word,
-               "source": "home-assistant", "ts": round(time.time(), 3)}
-        self._publish(Message.json(self.topics.transcript, doc, qos=1))
-        if self.hermes is not None:
-            self.hermes.text_captured(text, 0.0, wake_word=wake_word, session_id=conversation_id)
 
     # -- what Home Assistant may change (`homeassistant.adapter.Controls`; the MQTT thread) ---------
 
@@ -772,6 +644,9 @@ class Daemon:
         """The wake words Home Assistant chose (the ESPHome API); None: `wake.models`."""
         self._config_volume = self.settings.audio.volume
         self.settings = self._with_user_volume(self.settings)
+        mode = self.settings.listen.mode if self.settings.daemon.listen else "off"
+        if self._mic_muted and mode != "off":  # the status sent on connecting, before the listener starts
+            self.listening = {"mode": mode, "state": "muted"}
 
     def _save_controls(self) -> None:
         try:
@@ -805,38 +680,6 @@ class Daemon:
             elif not self._mic_muted and self.listener is None:
                 await asyncio.to_thread(self._start_listener)
                 self._publish(self._status_message("online"))
-
-    def _on_turn_end(self, event: TurnEnded) -> None:
-        """A held announcement waits `listen.answer_wait_s` for the answer, then resumes."""
-        if not self.announcements.held:
-            return
-        wait = self.settings.listen.answer_wait_s if event.reason in ("heard", "ended") else 0.0
-        with self._turn_lock:
-            self._cancel_release()
-            self._release_timer = threading.Timer(wait, self._release)
-            self._release_timer.daemon = True
-            self._release_timer.start()
-
-    def _cancel_release(self) -> None:
-        if self._release_timer is not None:
-            self._release_timer.cancel()
-            self._release_timer = None
-
-    def _release(self) -> None:
-        with self._turn_lock:
-            self._release_timer = None
-        self.announcements.release()
-
-    def _on_announce_status(self, doc: dict[str, Any]) -> None:
-        """The speaker thread's statuses: an answer releases a hold; `expect_reply` opens a turn."""
-        if doc.get("state") not in ("done", "failed", "expired"):
-            return
-        if doc.get("conversation_id") is not None and self.announcements.held:
-            self._release()
-        if doc.get("expect_reply") and self.listener is not None and self.listening.get("mode") == "wake":
-            conversation_id = str(doc.get("conversation_id") or doc.get("id"))
-            log.info("listening for a reply", extra={"conversation_id": conversation_id, "id": doc.get("id")})
-            self.listener.hearing.open_turn(conversation_id)
 
 
 def _chime(opener: SinkOpener, name: str) -> None:

@@ -1,18 +1,18 @@
 """The package rules of docs/architecture.md, checked over every import in `edge_agent/` and `tools/`.
 
-Imports are read with `ast`, at module level and inside functions alike (a function-level
-import is still a dependency, only a hidden one), relative ones resolved. The rules: no import
-cycle among edge_agent modules; `audio/` is the ground and imports nothing of ours but its own
-types, settings and errors; hearing (`asr/`, `vad/`, `wake/`) and speaking (`tts/`) do not import
-each other, and `wake/` hears on its own (no VAD, ASR, voice or transport); `text/` imports only
-itself; `announce/` knows no transport and no trigger; the Wyoming, Hermes, Home Assistant and
-ESPHome adapters do not import each other, nor does the MQTT transport import them, and no adapter
-reads another package's internals (a `_private` name); the exporter and the benchmarks live beside
-the runtime (`tools/`, a distribution of their own), and the runtime never imports them nor torch;
-the benchmarks reach the exporter only through entry points. `offload/` is cut by side: the wire
-format imports neither side (and of ours only `audio/` and `errors`), the client and server sides do
-not import each other, and the rest of the package reaches offload only through its public side
-packages (`edge_agent/offload/__init__.py` says why).
+Imports are read with `ast`, at module level and inside functions alike (a function-level import is
+still a dependency, only a hidden one), relative ones resolved. The rules: no import cycle among
+edge_agent modules; `audio/` is the ground and imports nothing of ours but its own types, settings
+(`audio/settings.py`, not `config`) and errors; hearing (`asr/`, `vad/`, `wake/`) and speaking
+(`tts/`) do not import each other, and `wake/` hears on its own (no VAD, ASR, voice or transport);
+`text/` imports only itself; `announce/` knows no transport and no trigger; the Wyoming, Hermes,
+Home Assistant and ESPHome adapters do not import each other, nor does the MQTT transport import
+them, and no adapter reads another package's internals (a `_private` name); the exporter and the
+benchmarks live beside the runtime (`tools/`, a distribution of their own), and the runtime never
+imports them nor torch; the benchmarks reach the exporter only through entry points. `offload/` is
+cut by side: the wire format imports neither side (and of ours only `audio/` and `errors`), the
+client and server sides do not import each other, and the rest of the package reaches offload only
+through its public side packages (`edge_agent/offload/__init__.py` says why).
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ OFFLOAD = "edge_agent.offload"
 WIRE, CLIENT, SERVER = (f"{OFFLOAD}.{side}" for side in ("wire", "client", "server"))
 OFFLOAD_PUBLIC = frozenset({OFFLOAD, WIRE, CLIENT, SERVER})
 """What code outside `offload/` may import: the side packages, whose `__all__` are the entry points."""
-GROUND = ("audio", "config", "errors")
-"""All `audio/` may import of ours: itself, the settings, the errors."""
+GROUND = ("audio", "errors", "homes")
+"""All `audio/` may import of ours: itself (its settings are `audio/settings.py`), the errors, and
+where state lives by default (`homes`); not `config`, which assembles everything above it."""
 TOOLS = ("exporters", "benchmarks")
 """Beside the runtime in tools/ (their own distribution): the device wheel ships neither."""
 NEVER = (*TOOLS, "torch", "torchaudio", "whisper", "silero_vad")

@@ -19,8 +19,8 @@ from onnx import TensorProto, helper
 from edge_agent import providers
 from edge_agent.config import RuntimeSettings, Settings, load_settings
 from edge_agent.errors import ConfigError
+from edge_agent.onnxsessions import make_session, session_options
 from edge_agent.providers import Accelerator, Profile, choose, for_use, running_on
-from edge_agent.runtime import make_session, session_options
 
 
 @pytest.fixture(autouse=True)

@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.announce.message import FINAL_STATES, Announcement
+from edge_agent.announce.settings import AnnouncementSettings
 from edge_agent.atomic import AppendFile, atomic_write, remove_stale_temps
-from edge_agent.config import AnnouncementSettings
 from edge_agent.logs import Throttle
 
 log = logging.getLogger(__name__)

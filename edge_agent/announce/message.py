@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from edge_agent.announce.settings import AnnouncementSettings
 from edge_agent.audio.frames import Samples
-from edge_agent.config import AnnouncementSettings
 from edge_agent.models.catalog import base_voice
 from edge_agent.text.normalize import normalize
 

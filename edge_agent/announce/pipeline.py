@@ -49,8 +49,8 @@ from edge_agent.announce.message import (
 )
 from edge_agent.announce.playout import SinkOpener, Spoken, speak
 from edge_agent.announce.queue import AnnouncementQueue, Item
+from edge_agent.announce.settings import AnnouncementSettings
 from edge_agent.audio.frames import Samples
-from edge_agent.config import AnnouncementSettings
 from edge_agent.logs import Throttle
 from edge_agent.metrics import Metrics
 from edge_agent.tts.voice import Synthesizer

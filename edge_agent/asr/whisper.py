@@ -44,12 +44,13 @@ from edge_agent.asr.features import (
     log_mel_spectrogram,
 )
 from edge_agent.asr.manifest import Manifest, load_manifest, verify_files
+from edge_agent.asr.settings import AsrSettings
 from edge_agent.asr.tokenizer import SPACE_TOKEN, Tokenizer
 from edge_agent.audio.frames import Samples
-from edge_agent.config import AsrSettings, ModelSettings
 from edge_agent.errors import ModelError, UsageError
+from edge_agent.models.settings import ModelSettings
+from edge_agent.onnxsessions import make_session
 from edge_agent.providers import CPU, Accelerator, Profile
-from edge_agent.runtime import make_session
 
 log = logging.getLogger(__name__)
 

@@ -38,8 +38,8 @@ import numpy as np
 from edge_agent.audio.echo import FRAME, EchoCanceller
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.reference import PlaybackReference
+from edge_agent.audio.settings import AudioSettings
 from edge_agent.audio.sources import TARGET_RATE, AudioSource
-from edge_agent.config import AudioSettings
 from edge_agent.errors import AudioError
 
 log = logging.getLogger(__name__)

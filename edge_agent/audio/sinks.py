@@ -20,8 +20,8 @@ import numpy as np
 from edge_agent.audio.command import AudioProcess, CommandNotStarted, split_command
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.resample import StreamResampler
+from edge_agent.audio.settings import AudioSettings
 from edge_agent.audio.wav import WavWriter, encode_pcm
-from edge_agent.config import AudioSettings
 from edge_agent.errors import AudioError
 
 log = logging.getLogger(__name__)

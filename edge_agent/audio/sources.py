@@ -25,9 +25,9 @@ import numpy as np
 from edge_agent.audio.command import AudioProcess, CommandNotStarted, split_command
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.resample import StreamResampler
+from edge_agent.audio.settings import AudioSettings
 from edge_agent.audio.sinks import AudioUnavailable, import_sounddevice
 from edge_agent.audio.wav import check_format, decode, open_wav
-from edge_agent.config import AudioSettings
 from edge_agent.errors import AudioError
 
 log = logging.getLogger(__name__)

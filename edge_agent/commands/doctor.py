@@ -83,7 +83,7 @@ def check_models(ctx: Context) -> list[Check]:
 
 def check_runtime(ctx: Context) -> Check:
     """The onnxruntime build, the providers it offers and those each use will run on."""
-    import onnxruntime as ort  # ~250 ms: only when doctor runs (runtime.py keeps it lazy too)
+    import onnxruntime as ort  # ~250 ms: only when doctor runs (onnxsessions.py keeps it lazy too)
 
 
     uses = "; ".join(f"{use}: {', '.join(for_use(ctx.settings, use).names)}" for use in USES)

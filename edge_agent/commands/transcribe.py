@@ -7,7 +7,7 @@ import json
 import logging
 from pathlib import Path
 
-from edge_agent.asr.listener import build_listener
+from edge_agent.asr.transcriber import build_transcribing_loop
 from edge_agent.audio.sources import AudioSource, WavFileSource, open_pcm_stdin
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     settings = ctx.settings
     source = open_source(args)  # bad input fails here, before any model is loaded
     try:
-        listener = build_listener(settings, ctx.store, source)
+        listener = build_transcribing_loop(settings, ctx.store, source)
     except BaseException:
         source.close()
         raise

@@ -88,7 +88,7 @@ class Assistant:
     """The voice-assistant side of the ESPHome API: at most one controller at a time."""
 
     def __init__(self, announcer: Announcer, entities: Entities, media: MediaLimits, *,
-                 end_turn: Callable[[str], None], open_turn: Callable[[str], None],
+                 end_turn: Callable[[str], None], open_turn: Callable[[str], object],
                  on_transcript: Callable[[str, str, str], None] | None = None,
                  wake_words: Sequence[str] = ()) -> None:
         self.announcer = announcer

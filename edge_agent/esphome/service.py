@@ -11,12 +11,12 @@ from __future__ import annotations
 import hashlib
 import logging
 
-from edge_agent.config import EsphomeSettings
 from edge_agent.esphome.assistant import Assistant
 from edge_agent.esphome.entities import Entities
 from edge_agent.esphome.frames import FrameLimits
 from edge_agent.esphome.noise import check_key
 from edge_agent.esphome.server import EsphomeServer
+from edge_agent.esphome.settings import EsphomeSettings
 from edge_agent.mdns import Advertisement, label
 
 log = logging.getLogger(__name__)

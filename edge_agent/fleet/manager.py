@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.atomic import atomic_write, fsync_dir, remove_stale_temps
-from edge_agent.config import FleetSettings
 from edge_agent.errors import EdgeError, ModelError
 from edge_agent.faults import crash_point
 from edge_agent.fleet.envelope import (
@@ -46,6 +45,7 @@ from edge_agent.fleet.envelope import (
     verify,
 )
 from edge_agent.fleet.models import FleetModels
+from edge_agent.fleet.settings import FleetSettings
 from edge_agent.models.catalog import Catalog, CatalogEntry
 from edge_agent.safeyaml import load_yaml_file
 from edge_agent.typedtree import build, merge, to_dict

@@ -27,9 +27,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from edge_agent.atomic import fsync_dir
-from edge_agent.config import FleetSettings
 from edge_agent.errors import ModelError
 from edge_agent.fleet.envelope import ModelSpec
+from edge_agent.fleet.settings import FleetSettings
 from edge_agent.models.download import download
 
 log = logging.getLogger(__name__)

@@ -34,6 +34,8 @@ from typing import Any
 
 from edge_agent.announce.message import FINAL_STATES, loads
 from edge_agent.announce.pipeline import Announcer
+from edge_agent.listen.hearing import Heard, Woke
+from edge_agent.listen.turn import HearObserver, RemoteHeard
 from edge_agent.mqtt.bridge import Message
 
 log = logging.getLogger(__name__)
@@ -49,8 +51,8 @@ PENDING_MAX = 4096
 """Says remembered between submission and `sayFinished` (the queue holds 1000 by default)."""
 
 
-class HermesAdapter:
-    """Hermes on the daemon's broker for `site_id`."""
+class HermesAdapter(HearObserver):
+    """Hermes on the daemon's broker for `site_id`; told what the device hears as a `HearObserver`."""
 
     def __init__(self, site_id: str, announcer: Announcer, publish: Callable[[Message], None]) -> None:
         self.site_id = site_id
@@ -104,6 +106,17 @@ class HermesAdapter:
             self._pending[ann_id] = (say_id, session)
             while len(self._pending) > PENDING_MAX:
                 self._pending.popitem(last=False)
+
+    def woke(self, event: Woke) -> None:
+        self.wake_detected(event.detection.model, session_id=event.conversation_id)
+
+    def heard(self, event: Heard) -> None:
+        transcript = event.transcript
+        self.text_captured(transcript.text, float(transcript.end - transcript.start),
+                           wake_word=event.wake_word, session_id=event.conversation_id)
+
+    def remote_heard(self, event: RemoteHeard) -> None:
+        self.text_captured(event.text, 0.0, wake_word=event.wake_word, session_id=event.conversation_id)
 
     def wake_detected(self, model: str, session_id: str | None = None) -> None:
         self.publish(Message.json(f"hermes/hotword/{_level(model)}/detected", {

@@ -51,7 +51,7 @@ from typing import Literal
 
 import numpy as np
 
-from edge_agent.asr.listener import Transcriber, Transcribing, Transcript
+from edge_agent.asr.transcriber import Transcriber, Transcribing, Transcript
 from edge_agent.asr.whisper import WhisperOnnx
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.pump import Pump

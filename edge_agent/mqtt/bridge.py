@@ -52,10 +52,11 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from edge_agent.atomic import atomic_write
-from edge_agent.config import MqttSettings, parse_uri
+from edge_agent.endpoints import parse_uri
 from edge_agent.errors import ConfigError
 from edge_agent.metrics import Metrics
 from edge_agent.mqtt.outbox import Message, Outbox
+from edge_agent.mqtt.settings import MqttSettings
 
 __all__ = ["Bridge", "InboundHandler", "Message", "Outbox", "first_reconnect_delay", "read_password",
            "reconnect_delay", "tls_context"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from edge_agent.audio.frames import AudioChunk
-from edge_agent.config import TtsSettings
 from edge_agent.tts.registry import VoiceRegistry
+from edge_agent.tts.settings import TtsSettings
 from edge_agent.tts.voice import VoiceOffer, synthesize
 
 

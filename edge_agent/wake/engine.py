@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edge_agent.audio.frames import Samples
-from edge_agent.config import WakeSettings
 from edge_agent.errors import ModelError
 from edge_agent.wake.models import WakeModelSpec, check_all, check_tflite, library_path
+from edge_agent.wake.settings import WakeSettings
 
 SAMPLE_RATE = 16000
 STEP = 160

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edge_agent.config import WAKE_BUILTIN, WakeSettings
 from edge_agent.errors import ModelError
+from edge_agent.wake.settings import WAKE_BUILTIN, WakeSettings
 
 MAX_MODEL_BYTES = 16 * 1024 * 1024
 """The built-in models are 50-70 kB; a larger file is not a microWakeWord model."""

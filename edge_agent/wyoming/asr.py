@@ -19,7 +19,7 @@ from wyoming.event import Event
 from wyoming.info import AsrModel, AsrProgram
 
 from edge_agent import __version__
-from edge_agent.asr.listener import Transcriber
+from edge_agent.asr.transcriber import Transcriber
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.sources import TARGET_RATE
 from edge_agent.config import Settings

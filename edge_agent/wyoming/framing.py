@@ -19,8 +19,8 @@ from typing import Any
 
 from wyoming.event import Event, async_write_event
 
-from edge_agent.config import WyomingSettings
 from edge_agent.errors import TIMEOUTS, EdgeError
+from edge_agent.wyoming.settings import WyomingSettings
 
 
 class FramingError(EdgeError):

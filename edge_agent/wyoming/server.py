@@ -38,13 +38,13 @@ from wyoming.event import Event
 from wyoming.info import Info
 from wyoming.ping import Pong
 
-from edge_agent.config import WyomingSettings
 from edge_agent.errors import TIMEOUTS
 from edge_agent.wyoming import tts
 from edge_agent.wyoming.asr import AsrService, AsrSession
 from edge_agent.wyoming.audio import Refused
 from edge_agent.wyoming.framing import EventReader, FramingError, Limits, write_event
 from edge_agent.wyoming.satellite import SatelliteService, SatelliteSession
+from edge_agent.wyoming.settings import WyomingSettings
 from edge_agent.wyoming.tts import TtsService, TtsSession
 from edge_agent.wyoming.wake import WakeService, WakeSession
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from edge_agent.asr.listener import Transcriber
+from edge_agent.asr.transcriber import Transcriber
 from edge_agent.asr.whisper import WhisperOnnx, resolve_export_dir
-from edge_agent.config import Settings, parse_uri
+from edge_agent.config import Settings
+from edge_agent.endpoints import parse_uri
 from edge_agent.errors import EdgeError
 from edge_agent.mdns import Advertisement
 from edge_agent.providers import for_use

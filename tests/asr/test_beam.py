@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from edge_agent.asr.beam import Beam
-from edge_agent.asr.listener import Transcriber
+from edge_agent.asr.transcriber import Transcriber
 from edge_agent.config import AsrSettings
 from edge_agent.vad.segmenter import Utterance
 

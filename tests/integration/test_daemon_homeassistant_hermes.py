@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edge_agent.asr.listener import Transcript
+from edge_agent.asr.transcriber import Transcript
 from edge_agent.audio.wav import read_wav
 from edge_agent.daemon import Daemon, SettingsSource
 from edge_agent.homeassistant.discovery import NOTIFY_TEMPLATE
@@ -155,9 +155,10 @@ def test_hermes_say_for_our_site_is_spoken_once_and_answered_with_say_finished(
         metrics = running.daemon.announcements.metrics  # (the outbox may coalesce the duplicate status)
         wait_until(lambda: metrics.counter("announcements_duplicate") == 1, what="the redelivered say")
         running.daemon.announcements.last_spoke = float("-inf")  # past the echo guard after speaking
-        running.daemon._on_event(Woke(Detection("okay_nabu", "Okay Nabu", 0.8, 0.97), "conv-1"))
+        running.daemon.turns.on_event(Woke(Detection("okay_nabu", "Okay Nabu", 0.8, 0.97), "conv-1"))
         hotword = everything.wait("hermes/hotword/okay_nabu/detected")
-        running.daemon._on_event(Heard(Transcript("turn on the lights", 1.0, 2.5), "conv-1", "Okay Nabu"))
+        heard = Heard(Transcript("turn on the lights", 1.0, 2.5), "conv-1", "Okay Nabu")
+        running.daemon.turns.on_event(heard)
         captured = everything.wait("hermes/asr/textCaptured")
     finally:
         running.stop()

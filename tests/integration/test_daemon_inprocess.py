@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from edge_agent.asr.listener import Transcript
+from edge_agent.asr.transcriber import Transcript
 from edge_agent.daemon import Daemon, SettingsSource, local_synthesizer
 from edge_agent.listen import Heard
 from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, signed, wait_until
@@ -70,7 +70,7 @@ def test_transcripts_are_published_but_not_while_the_device_speaks(tmp_path, bro
         assert [(d["text"], d["start"], d["end"]) for d in got] == [
             ("turn on the lights", 1.25, 2.5), ("what time is it", 4.0, 5.1)]
         running.daemon.announcements.busy.set()  # speaking: what the microphone hears is ourselves
-        running.daemon._on_event(heard("announcement 7", 9.0, 10.0))
+        running.daemon.turns.on_event(heard("announcement 7", 9.0, 10.0))
         running.daemon.announcements.busy.clear()
         assert watcher.find("edge/dev1/transcript", lambda d: d["text"] == "announcement 7") == []
     finally:
@@ -275,13 +275,13 @@ def test_a_turn_publishes_wake_and_transcript_holds_announcements_and_the_answer
     producer = Producer(broker.url)
     daemon = running.daemon
     try:
-        daemon._on_event(Woke(Detection("okay_nabu", "Okay Nabu", 3.2, 0.97), "c1"))
+        daemon.turns.on_event(Woke(Detection("okay_nabu", "Okay Nabu", 3.2, 0.97), "c1"))
         wake = watcher.wait("edge/dev1/wake")[0]
         assert (wake["wake_word"], wake["conversation_id"]) == ("Okay Nabu", "c1")
         assert daemon.announcements.held
         producer.publish("edge/dev1/announce", {"id": "queued", "text": "Meanwhile.", "priority": 9})
-        daemon._on_event(Heard(Transcript("what time is it", 3.4, 4.5), "c1", "Okay Nabu"))
-        daemon._on_event(TurnEnded("c1", "heard", 4.8))
+        daemon.turns.on_event(Heard(Transcript("what time is it", 3.4, 4.5), "c1", "Okay Nabu"))
+        daemon.turns.on_event(TurnEnded("c1", "heard", 4.8))
         doc = watcher.wait("edge/dev1/transcript")[0]
         assert (doc["text"], doc["conversation_id"]) == ("what time is it", "c1")
         assert doc["wake_word"] == "Okay Nabu"

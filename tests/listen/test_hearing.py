@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks.clips import load_16k, piper_clip
-from edge_agent.asr.listener import Transcriber, Transcribing
+from edge_agent.asr.transcriber import Transcriber, Transcribing
 from edge_agent.asr.whisper import Padding
 from edge_agent.config import AsrSettings, ListenSettings, VadSettings, WakeSettings
 from edge_agent.listen import Heard, Hearing, Streamed, TurnEnded, Woke

@@ -26,7 +26,7 @@ def local_synth(shared_cache: Path) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def transcriber(whisper: Any) -> Any:
-    from edge_agent.asr.listener import Transcriber
+    from edge_agent.asr.transcriber import Transcriber
     from edge_agent.config import AsrSettings
 
     return Transcriber(whisper, AsrSettings())

@@ -34,8 +34,8 @@ import numpy as np
 
 from benchmarks.clips import COMMANDS, ENGINES, Clip, clip_settings, clips_dir, make_clips
 from benchmarks.report import emit, machine, median, percentile
-from edge_agent.asr.listener import Listener, Transcriber
 from edge_agent.asr.manifest import load_manifest
+from edge_agent.asr.transcriber import Transcriber, TranscribingLoop
 from edge_agent.asr.whisper import Padding, WhisperOnnx, resolve_export_dir
 from edge_agent.audio.frames import Samples
 from edge_agent.commands.context import Context
@@ -187,7 +187,7 @@ def latency(model: WhisperOnnx, ctx: Context, audio: list[Samples]) -> dict[str,
     values, asr = [], []
     for samples in audio:
         x = np.concatenate([np.zeros(8000, np.float32), samples, np.zeros(24000, np.float32)])
-        listener = Listener(_ArraySource(x), make_segmenter(settings.vad, ctx.store),
+        listener = TranscribingLoop(_ArraySource(x), make_segmenter(settings.vad, ctx.store),
                             Transcriber(model, settings.asr))
         for t in listener:
             values.append(t.latency_s)

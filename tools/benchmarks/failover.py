@@ -36,8 +36,8 @@ from edge_agent.audio.frames import AudioChunk
 from edge_agent.commands.context import Context
 from edge_agent.config import OffloadSettings
 from edge_agent.offload.client.connection import OffloadClient
-from edge_agent.offload.client.pool import ListedOrder, ServerPool
 from edge_agent.offload.client.router import SynthRouter
+from edge_agent.offload.client.servers import ListedOrder, ServerPool
 from edge_agent.offload.wire.messages import Codec
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry

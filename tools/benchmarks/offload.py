@@ -22,12 +22,12 @@ from edge_agent.commands.context import Context
 from edge_agent.config import Endpoint, OffloadSettings, ServerSettings, TtsSettings
 from edge_agent.models.store import ModelStore
 from edge_agent.offload.client.connection import ClientConnection
-from edge_agent.offload.client.pool import ServerPool
 from edge_agent.offload.client.router import SynthRouter
+from edge_agent.offload.client.servers import ServerPool
 from edge_agent.offload.server.synth_server import ServerThread
 from edge_agent.offload.wire import messages as m
 from edge_agent.offload.wire.codecs import available_codecs
-from edge_agent.runtime import make_session
+from edge_agent.onnxsessions import make_session
 from edge_agent.tts import kokoro
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.piper import PiperVoice

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # Imported after the first reading, so "python" is the interpreter and the option parser alone.
 
-    from edge_agent.asr.listener import Listener, Transcriber
+    from edge_agent.asr.transcriber import Transcriber, TranscribingLoop
     from edge_agent.asr.whisper import WhisperOnnx
     from edge_agent.audio.sources import WavFileSource
     from edge_agent.commands.context import Context
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         wav = read_wav(args.clip)
         detections = [d.model for d in wake.feed(wav.samples)]
     stages["loaded"] = peak_rss_mb()
-    listener = Listener(WavFileSource(args.clip), segmenter, Transcriber(model, settings.asr))
+    listener = TranscribingLoop(WavFileSource(args.clip), segmenter, Transcriber(model, settings.asr))
     transcripts = [t.text for t in listener]
     stages["transcribed"] = peak_rss_mb()
     samples = sum(len(c.samples) for c in synthesize(voice, "The front door is open. Please close it."))

@@ -34,7 +34,7 @@ import numpy as np
 from benchmarks.clips import clip_settings, clips_dir, espeak_clip, load_16k, piper_clip
 from benchmarks.report import emit, machine, median, percentile
 from edge_agent.announce.playout import DirOpener, play_chime
-from edge_agent.asr.listener import Transcriber, Transcribing
+from edge_agent.asr.transcriber import Transcriber, Transcribing
 from edge_agent.asr.whisper import WhisperOnnx
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.sinks import WavSink

@@ -26,7 +26,7 @@ from edge_agent.config import OffloadSettings, Settings, TtsSettings
 from edge_agent.models.store import ModelStore
 from edge_agent.offload.client.connection import OffloadClient
 from edge_agent.offload.client.errors import RemoteError, RemoteTimeout, Unavailable
-from edge_agent.offload.client.pool import ServerPool
+from edge_agent.offload.client.servers import ServerPool
 from edge_agent.offload.client.stream import RemoteSentence, RemoteStream
 from edge_agent.offload.wire.auth import load_psk
 from edge_agent.offload.wire.codecs import opus_rate

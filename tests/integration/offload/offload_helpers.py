@@ -8,9 +8,9 @@ from collections import defaultdict
 
 from benchmarks.serveproc import ServeProcess
 from edge_agent.config import OffloadSettings
-from edge_agent.offload.client.pool import ListedOrder as InOrder
-from edge_agent.offload.client.pool import ServerPool
 from edge_agent.offload.client.router import SynthRouter
+from edge_agent.offload.client.servers import ListedOrder as InOrder
+from edge_agent.offload.client.servers import ServerPool
 from edge_agent.offload.server.synth_server import ServerThread
 
 PSK = b"integration-test-key-0123456789"

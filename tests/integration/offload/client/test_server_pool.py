@@ -6,7 +6,7 @@ import time
 
 from edge_agent.config import OffloadSettings
 from edge_agent.offload.client.connection import OffloadClient
-from edge_agent.offload.client.pool import ServerPool
+from edge_agent.offload.client.servers import ServerPool
 from edge_agent.offload.wire.messages import Codec
 from tests.integration.offload.offload_helpers import PIPER, PSK, InOrder, free_port, make_router, spoken
 from tests.mqtt_support import wait_until

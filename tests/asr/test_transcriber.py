@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from edge_agent.asr.listener import Listener, Transcriber
+from edge_agent.asr.transcriber import Transcriber, TranscribingLoop
 from edge_agent.config import AsrSettings, VadSettings
 from edge_agent.errors import AudioError
 from edge_agent.text.wer import wer
@@ -51,7 +51,7 @@ def commands(espeak_clips):
 
 def make(whisper, source):
     segmenter = Segmenter(WebRtcClassifier(2), VadSettings())
-    return Listener(source, segmenter, Transcriber(whisper, AsrSettings()))
+    return TranscribingLoop(source, segmenter, Transcriber(whisper, AsrSettings()))
 
 
 def test_iterating_yields_each_utterance_in_order(whisper, commands):
@@ -118,14 +118,15 @@ def test_loud_noise_that_webrtc_passes_is_dropped_as_no_speech(whisper):
     assert listener.stats.utterances >= 1 and listener.transcriber.dropped >= 1
 
 
-def test_build_listener_wires_the_configured_vad_and_model(whisper_dir, commands, shared_cache, silero_model):
-    from edge_agent.asr.listener import build_listener
+def test_build_transcribing_loop_wires_the_configured_vad_and_model(whisper_dir, commands, shared_cache,
+                                                                   silero_model):
+    from edge_agent.asr.transcriber import build_transcribing_loop
     from edge_agent.config import load_settings
     from edge_agent.models import ModelStore, load_catalog
 
     settings = load_settings(None, {"asr.model": str(whisper_dir), "vad.engine": "silero"})
     texts, audio = commands
-    listener = build_listener(settings, ModelStore(shared_cache, load_catalog()), ArraySource(audio))
+    listener = build_transcribing_loop(settings, ModelStore(shared_cache, load_catalog()), ArraySource(audio))
     assert isinstance(listener.segmenter.classifier, SileroClassifier)
     assert wer(texts, [t.text for t in listener]) <= 0.25
 

@@ -2,7 +2,7 @@
 
 `Transcriber` turns one `Utterance` into a `Transcript` (or None when Whisper
 hears no speech in it); `Transcribing` is that as a push/flush stage, and
-`Listener` pumps a source through it in one worker thread (`audio.pump`): the
+`TranscribingLoop` pumps a source through it in one worker thread (`audio.pump`): the
 VAD costs microseconds a frame, so while Whisper works on one utterance the
 source's own queue (the sound card's) holds the audio that keeps coming.
 """
@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from edge_agent.asr.settings import AsrSettings
 from edge_agent.asr.whisper import Padding, WhisperOnnx
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.pump import Pump
 from edge_agent.audio.sources import AudioSource, open_source
-from edge_agent.config import AsrSettings, Settings
+from edge_agent.config import Settings
 from edge_agent.models.store import ModelStore
 from edge_agent.providers import for_use
 from edge_agent.vad import make_segmenter
@@ -81,7 +82,7 @@ class Transcriber:
 
 
 @dataclass
-class ListenerStats:
+class TranscribingStats:
     """Counts since the listener started."""
 
     audio_s: float = 0.0
@@ -96,7 +97,7 @@ class Transcribing:
     def __init__(self, segmenter: Segmenter, transcriber: Transcriber) -> None:
         self.segmenter = segmenter
         self.transcriber = transcriber
-        self.stats = ListenerStats()
+        self.stats = TranscribingStats()
 
     def push(self, block: Samples) -> list[Transcript]:
         return self._transcribe_all(self.segment(block))
@@ -125,7 +126,7 @@ class Transcribing:
         return transcript
 
 
-class Listener(Pump[Transcript]):
+class TranscribingLoop(Pump[Transcript]):
     """Transcripts of everything said on `source`, each delivered as its utterance ends.
 
     A `Pump` (iterate, `start(on_transcript)` / `stop()`, or `async for t in
@@ -148,11 +149,12 @@ class Listener(Pump[Transcript]):
         return self.transcribing.transcriber
 
     @property
-    def stats(self) -> ListenerStats:
+    def stats(self) -> TranscribingStats:
         return self.transcribing.stats
 
 
-def build_listener(settings: Settings, store: ModelStore, source: AudioSource | None = None) -> Listener:
+def build_transcribing_loop(settings: Settings, store: ModelStore,
+                            source: AudioSource | None = None) -> TranscribingLoop:
     """A listener as configured: `source` (default: the configured input, `audio.open_source`), VAD, Whisper.
 
     Models load first, so a missing export fails before the microphone is opened.
@@ -161,4 +163,4 @@ def build_listener(settings: Settings, store: ModelStore, source: AudioSource | 
     model = WhisperOnnx.from_settings(settings.asr, settings.models, for_use(settings, "asr"))
     if source is None:
         source = open_source(settings.audio)
-    return Listener(source, segmenter, Transcriber(model, settings.asr))
+    return TranscribingLoop(source, segmenter, Transcriber(model, settings.asr))

@@ -1,0 +1,35 @@
+"""Wake word settings (`wake.*`): the models, thresholds, what a detection does during playback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+WAKE_BUILTIN = ("okay_nabu", "hey_jarvis", "alexa", "hey_mycroft")
+"""microWakeWord models bundled with pymicro-wakeword."""
+
+
+@dataclass(frozen=True)
+class WakeSettings:
+    """Wake word: microWakeWord models (TensorFlow Lite) on the microphone's 16 kHz stream."""
+
+    models: tuple[str, ...] = ("okay_nabu",)
+    """Built-in names (okay_nabu, hey_jarvis, alexa, hey_mycroft) or the path of a microWakeWord
+    model's `.json`, whose `model` key names its `.tflite` beside it."""
+    probability_cutoff: dict[str, float] = field(default_factory=dict)
+    """Per model name (the `.tflite`'s stem): fire above this probability instead of the model's own."""
+    refractory_s: float = 2.0
+    """After a detection, ignore every model for this long (one utterance wakes once)."""
+    during_playback: Literal["barge_in", "ignore"] = "barge_in"
+    """A wake word while the device speaks: pause the announcement and start a turn, or ignore it."""
+    chime: bool = True
+    """Play a short chime when a turn starts (the user's cue to speak)."""
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ValueError("models: name at least one wake word model (or set listen.mode)")
+        for name, cutoff in self.probability_cutoff.items():
+            if not 0.0 < cutoff < 1.0:
+                raise ValueError(f"probability_cutoff.{name}: {cutoff} is outside 0..1")
+        if not 0.0 <= self.refractory_s <= 60.0:
+            raise ValueError(f"refractory_s: {self.refractory_s} is outside 0..60")
