@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import http.server
 import json
 import os
 import re
@@ -21,7 +20,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 import traceback
 import wave
@@ -30,6 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+# The loopback microphone and file server, shared with `bench esphome` (standard library only;
+# this script runs in Home Assistant's venv, where the project is not installed).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from benchmarks.loopback import FifoMicrophone, FileServer
 
 CLIENT_ID = "http://127.0.0.1/"
 READY_S = 120.0
@@ -51,28 +54,6 @@ async def until(predicate: Callable[[], Awaitable[Any]], timeout: float, what: s
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
         await asyncio.sleep(0.2)
-
-
-class Files:
-    """A directory served over HTTP (media Home Assistant is told to play)."""
-
-    def __init__(self, root: Path) -> None:
-        class Handler(http.server.SimpleHTTPRequestHandler):
-            def __init__(self, *args: Any) -> None:
-                super().__init__(*args, directory=str(root))
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/{name}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 class Device:
@@ -280,50 +261,6 @@ logger:
             await self.session.close()
 
 
-class Microphone(threading.Thread):
-    """Feeds the device's FIFO microphone in real time: silence, and clips when asked."""
-
-    BLOCK_S = 0.02
-
-    def __init__(self, fifo: Path, rate: int) -> None:
-        super().__init__(daemon=True, name="ha-check-mic")
-        self.fifo = fifo
-        self.rate = rate
-        self._said: list[bytes] = []
-        self._lock = threading.Lock()
-        self._stop_event = threading.Event()
-
-    def say(self, pcm: bytes) -> None:
-        with self._lock:
-            self._said.append(pcm)
-
-    def run(self) -> None:
-        while not self._stop_event.is_set():
-            fd = os.open(self.fifo, os.O_WRONLY)  # returns once the device has opened its end
-            try:
-                self._feed(fd)
-            except BrokenPipeError:
-                continue  # the device closed its end (muted): open it again when it listens again
-            finally:
-                os.close(fd)
-
-    def _feed(self, fd: int) -> None:
-        block = int(self.rate * self.BLOCK_S) * 2
-        pending = b""
-        next_at = time.monotonic()
-        while not self._stop_event.is_set():
-            if not pending:
-                with self._lock:
-                    pending, self._said = b"".join(self._said), []
-            chunk, pending = (pending[:block], pending[block:]) if pending else (bytes(block), b"")
-            os.write(fd, chunk.ljust(block, b"\0"))
-            next_at += self.BLOCK_S
-            self._stop_event.wait(max(0.0, next_at - time.monotonic()))
-
-    def stop(self) -> None:
-        self._stop_event.set()
-
-
 def words(text: str) -> set[str]:
     return set(re.findall(r"[a-z']+", text.lower()))
 
@@ -341,7 +278,7 @@ class Check:
         self.work = Path(args.workdir)
         self.results: list[tuple[str, bool, float, str]] = []
         (self.work / "media").mkdir(parents=True, exist_ok=True)
-        self.files = Files(self.work / "media")
+        self.files = FileServer(self.work / "media")
         self.ports = {name: free_port() for name in ("satellite", "services", "esphome")}
         self.fifo = self.work / "mic.pcm"
         os.mkfifo(self.fifo, 0o600)
@@ -360,7 +297,7 @@ class Check:
             "esphome": {"enabled": True, "host": "127.0.0.1", "port": self.ports["esphome"],
                         "zeroconf": False},
         })
-        self.mic = Microphone(self.fifo, 22050)
+        self.mic = FifoMicrophone(self.fifo, 22050)
         self.hass = Hass(args.hass, self.work)
         self.clips: dict[str, Path] = {}
         self.status: dict[str, Any] = {}

@@ -40,6 +40,18 @@ class FrameLimits:
     frame_timeout_s: float = 10.0
 
 
+async def preamble(reader: asyncio.StreamReader, timeout_s: float) -> int:
+    """The first byte of the next frame; `FrameError` after `timeout_s` of silence, `EOFError` at a
+    clean end of stream."""
+    try:
+        first = await asyncio.wait_for(reader.read(1), timeout_s)
+    except TIMEOUTS:
+        raise FrameError(f"nothing received for {timeout_s:g} s") from None
+    if not first:
+        raise EOFError
+    return first[0]
+
+
 def encode(*messages: Message) -> list[bytes]:
     """`messages` as plain-text frames, ready for `writelines`."""
     return make_plain_text_packets([(TYPE_OF[type(m)], m.SerializeToString()) for m in messages])
@@ -58,17 +70,12 @@ class FrameReader:
         return encode(*messages)
 
     async def read(self) -> Message | None:
-        try:
-            first = await asyncio.wait_for(self._reader.read(1), self.limits.idle_timeout_s)
-        except TIMEOUTS:
-            raise FrameError(f"nothing received for {self.limits.idle_timeout_s:g} s") from None
-        if not first:
-            raise EOFError
-        if first[0] == NOISE:
+        first = await preamble(self._reader, self.limits.idle_timeout_s)
+        if first == NOISE:
             raise FrameError("the client asked for an encrypted connection, and this device speaks "
                              "plain text (set esphome.encryption_key on both sides, or neither)")
-        if first[0] != PLAINTEXT:
-            raise FrameError(f"bad preamble {first[0]:#04x} (not the ESPHome native API)")
+        if first != PLAINTEXT:
+            raise FrameError(f"bad preamble {first:#04x} (not the ESPHome native API)")
         try:
             return await asyncio.wait_for(self._rest(), self.limits.frame_timeout_s)
         except TIMEOUTS:

@@ -32,7 +32,7 @@ from google.protobuf.message import DecodeError, Message
 from noise.connection import NoiseConnection
 
 from edge_agent.errors import TIMEOUTS
-from edge_agent.esphome.frames import NOISE, PLAINTEXT, TYPE_OF, FrameError, FrameLimits
+from edge_agent.esphome.frames import NOISE, PLAINTEXT, TYPE_OF, FrameError, FrameLimits, preamble
 
 PROLOGUE = b"NoiseAPIInit\x00\x00"
 NNPSK0 = 0x01
@@ -61,16 +61,11 @@ class NoiseFrames:
     async def handshake(self, name: str, mac: str) -> list[bytes]:
         """Read the client's hello and handshake; the frames to send back. A wrong key raises
         `FrameError` after the failure frame has been returned through `failure`."""
-        try:
-            first = await asyncio.wait_for(self._reader.read(1), self.limits.frame_timeout_s)
-        except TIMEOUTS:
-            raise FrameError(f"no hello within {self.limits.frame_timeout_s:g} s") from None
-        if not first:
-            raise EOFError
-        if first[0] == PLAINTEXT:
+        first = await preamble(self._reader, self.limits.frame_timeout_s)
+        if first == PLAINTEXT:
             raise RequiresEncryption
-        if first[0] != NOISE:
-            raise FrameError(f"bad preamble {first[0]:#04x} (not the ESPHome native API)")
+        if first != NOISE:
+            raise FrameError(f"bad preamble {first:#04x} (not the ESPHome native API)")
         try:
             await asyncio.wait_for(self._body(), self.limits.frame_timeout_s)  # the client's hello
             message = await asyncio.wait_for(self._frame(), self.limits.frame_timeout_s)
@@ -95,14 +90,9 @@ class NoiseFrames:
         return [hello, reply]
 
     async def read(self) -> Message | None:
-        try:
-            first = await asyncio.wait_for(self._reader.read(1), self.limits.idle_timeout_s)
-        except TIMEOUTS:
-            raise FrameError(f"nothing received for {self.limits.idle_timeout_s:g} s") from None
-        if not first:
-            raise EOFError
-        if first[0] != NOISE:
-            raise FrameError(f"bad preamble {first[0]:#04x} on an encrypted connection")
+        first = await preamble(self._reader, self.limits.idle_timeout_s)
+        if first != NOISE:
+            raise FrameError(f"bad preamble {first:#04x} on an encrypted connection")
         try:
             frame = await asyncio.wait_for(self._body(), self.limits.frame_timeout_s)
         except TIMEOUTS:

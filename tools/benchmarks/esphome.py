@@ -20,19 +20,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import http.server
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import wave
 from pathlib import Path
 from typing import Any
 
+from benchmarks.loopback import FifoMicrophone, FileServer
 from benchmarks.report import emit, machine, median, percentile
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
@@ -85,40 +84,6 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-class _Microphone(threading.Thread):
-    """Real-time raw PCM into the device's FIFO: silence, and the clip when asked."""
-
-    def __init__(self, fifo: Path) -> None:
-        super().__init__(daemon=True, name="bench-mic")
-        self.fifo = fifo
-        self.said: list[bytes] = []
-        self.lock = threading.Lock()
-        self.stopping = threading.Event()
-
-    def say(self, pcm: bytes) -> None:
-        with self.lock:
-            self.said.append(pcm)
-
-    def run(self) -> None:
-        block = int(RATE * BLOCK_S) * 2
-        while not self.stopping.is_set():
-            fd = os.open(self.fifo, os.O_WRONLY)
-            try:
-                pending, next_at = b"", time.monotonic()
-                while not self.stopping.is_set():
-                    if not pending:
-                        with self.lock:
-                            pending, self.said = b"".join(self.said), []
-                    chunk, pending = (pending[:block], pending[block:]) if pending else (bytes(block), b"")
-                    os.write(fd, chunk.ljust(block, b"\0"))
-                    next_at += BLOCK_S
-                    self.stopping.wait(max(0.0, next_at - time.monotonic()))
-            except BrokenPipeError:
-                continue
-            finally:
-                os.close(fd)
-
-
 class _Device:
     def __init__(self, work: Path, name: str, whisper: Path, extra: dict[str, Any]) -> None:
         self.dir = work / name
@@ -143,7 +108,7 @@ class _Device:
             [sys.executable, "-m", "edge_agent", "run", "--config", str(self.dir / "config.yaml")],
             stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
             env=dict(os.environ, XDG_STATE_HOME=str(self.dir / "state")))
-        self.mic = _Microphone(self.fifo)
+        self.mic = FifoMicrophone(self.fifo, RATE, BLOCK_S)
         self.mic.start()
 
     def logged(self, pattern: str, after: int = 0, timeout: float = READY_S) -> tuple[re.Match[str], float]:
@@ -174,7 +139,7 @@ class _Device:
         self.logged(r"wake word", mark, 30)
         deadline, last = time.monotonic() + 60, self._cpu()
         while time.monotonic() < deadline:
-            self.mic.stopping.wait(0.5)
+            time.sleep(0.5)  # a sampling period of the CPU counter, not a synchronisation
             now = self._cpu()
             if now - last < 5:  # clock ticks: under 0.05 s of CPU in 0.5 s, the feeding itself
                 return self.rss_mb()
@@ -186,7 +151,7 @@ class _Device:
         return int(fields[11]) + int(fields[12])  # utime + stime
 
     def stop(self) -> None:
-        self.mic.stopping.set()
+        self.mic.stop()
         self.proc.terminate()
         try:
             self.proc.wait(30)
@@ -200,7 +165,7 @@ async def _esphome(work: Path, args: argparse.Namespace, clip: bytes, notice: Pa
 
     device = _Device(work, "esphome", args.whisper, {"esphome": {
         "enabled": True, "host": "127.0.0.1", "port": 0, "zeroconf": False}})
-    files = _Files(notice.parent)
+    files = FileServer(notice.parent)
     try:
         found, _ = await asyncio.to_thread(device.logged, r"esphome: API on \S+ port (\d+)")
         await asyncio.to_thread(device.logged, r'"listening"')
@@ -292,23 +257,3 @@ def _say(path: Path, text: str) -> bytes:
         if w.getframerate() != RATE:
             raise UsageError(f"the voice speaks at {w.getframerate()} Hz, not {RATE}")
         return bytes(int(0.3 * RATE) * 2) + w.readframes(w.getnframes())
-
-
-class _Files:
-    def __init__(self, root: Path) -> None:
-        class Handler(http.server.SimpleHTTPRequestHandler):
-            def __init__(self, *a: Any) -> None:
-                super().__init__(*a, directory=str(root))
-
-            def log_message(self, *a: Any) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/{name}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
