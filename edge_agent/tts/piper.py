@@ -88,9 +88,13 @@ class PiperVoice:
     windows, and the fronts of the sentences after the first, so the next
     sentence's front runs beside the current one's windows and no core is ever
     asked to run two threads. Only the first front of a stream, when nothing
-    else can run yet, takes every core (`threads` intra-op threads, spinning
-    during the run). Both front sessions share one copy of the weights.
-    Otherwise the original graph runs whole.
+    else of ours can run yet, takes every core (`threads` intra-op threads).
+    Its threads do not spin between ops: the cores are shared (other
+    processes, the wake word engine), and on a loaded 2-core machine a thread
+    spinning while its partner waited for a core doubled the front's CPU
+    time and made it 1.6-2x slower (spinning only wins on idle cores). Both
+    front sessions share one copy of the weights. Otherwise the original
+    graph runs whole.
     """
 
     def __init__(self, voice_id: str, session: Any, config: PiperConfig, length_scale: float | None = None,
@@ -358,7 +362,8 @@ def _load_split(model: Path, prepared_dir: Path, threads: int, accel: Accelerato
             weights = load_weights(loading.front) if accel.cpu_only else None
             front_shapes, window_shapes = _front_profile(config), window_profile(prepared.info)
             common: dict[str, Any] = {"shapes_vary": True, "accel": accel, "optimized": loading is cpu}
-            lead = make_session(loading.front, threads, weights=weights, profile=front_shapes, **common)
+            lead = make_session(loading.front, threads, spin=False, weights=weights, profile=front_shapes,
+                                **common)
             front = (functools.partial(make_session, loading.front, 1, spin=False, weights=weights,
                                        profile=front_shapes, **common) if threads > 1 else None)
             vocoder = make_session(loading.vocoder, 1, profile=window_shapes, **common)

@@ -310,6 +310,13 @@ def test_nothing_else_of_a_stream_runs_until_its_first_window_is_decoded(streami
     assert pieces[0][1].size == windowed.FIRST_FRAMES * 256
 
 
+def test_the_first_front_takes_every_core_without_spinning(streaming: PiperVoice) -> None:
+    """Threads spinning between ops doubled the front's CPU time and slowed it on shared cores."""
+    options = streaming._session.get_session_options()
+    assert options.intra_op_num_threads == 2
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
 def test_an_unwritable_cache_costs_the_split_not_the_voice(model: Path, tmp_path: Path) -> None:
     blocked = tmp_path / "cache"
     blocked.write_text("a file where the cache directory should be")  # fails for root too
