@@ -88,9 +88,13 @@ class PiperVoice:
     windows, and the fronts of the sentences after the first, so the next
     sentence's front runs beside the current one's windows and no core is ever
     asked to run two threads. Only the first front of a stream, when nothing
-    else can run yet, takes every core (`threads` intra-op threads, spinning
-    during the run). Both front sessions share one copy of the weights.
-    Otherwise the original graph runs whole.
+    else of ours can run yet, takes every core (`threads` intra-op threads).
+    Its threads do not spin between ops: the cores are shared (other
+    processes, the wake word engine), and on a loaded 2-core machine a thread
+    spinning while its partner waited for a core doubled the front's CPU
+    time and made it 1.6-2x slower (spinning only wins on idle cores). Both
+    front sessions share one copy of the weights. Otherwise the original
+    graph runs whole.
     """
 
     def __init__(self, voice_id: str, session: Any, config: PiperConfig, length_scale: float | None = None,
@@ -195,14 +199,18 @@ class PiperVoice:
 
     def _decode(self, ids: list[int], session: Any, *, first: bool,
                 cancelled: threading.Event | None = None) -> list[Future[Samples]]:
-        """Run the front on `session`, then queue the vocoder's windows on the pool."""
+        """Run the front on `session`, then queue the vocoder's windows on the pool; a stream's
+        `first` window runs alone, the rest of its sentence is queued once it is done."""
         assert self._vocoder is not None and self._pool is not None
+        pool, decode = self._pool, self._vocoder.decode
         z = session.run(None, self._inputs(ids))[0]
         if cancelled is not None and cancelled.is_set():
             return []
         windows = plan_windows(z.shape[-1], first=first, workers=self._workers)
-        return [self._pool.submit(URGENT if first and n == 0 else WINDOW, self._vocoder.decode, z, start, end)
-                for n, (start, end) in enumerate(windows)]
+        if not first or not windows:
+            return [pool.submit(WINDOW, decode, z, start, end) for start, end in windows]
+        lead = pool.submit(URGENT, decode, z, *windows[0])
+        return [lead, *(pool.submit_after(lead, WINDOW, decode, z, start, end) for start, end in windows[1:])]
 
     def _decode_pooled(self, ids: list[int], cancelled: threading.Event) -> list[Future[Samples]]:
         """`_decode` on the single-threaded front (made on first use), for a pool worker."""
@@ -219,8 +227,13 @@ class PiperVoice:
         nothing to say in it). The first front runs here, on every core; the
         next `LOOKAHEAD` model calls' fronts go to the pool, each on one worker
         (the next one ahead of the windows queued, except the first), so a
-        long next sentence never holds back audio that is ready. Closing the
-        iterator early cancels what is queued.
+        long next sentence never holds back audio that is ready. Until the
+        first window is decoded nothing else of the stream runs: on cores
+        shared with other work (a loaded machine, the wake word engine) a
+        second job of ours beside it would only slow the first audio down,
+        and what waits (the rest of the sentence, the next fronts) has the
+        first window's playing time to catch up in. Closing the iterator
+        early cancels what is queued.
         """
         if self._vocoder is None or self._pool is None:
             yield from by_sentence(self, sentences)
@@ -234,22 +247,27 @@ class PiperVoice:
         queued: deque[tuple[int, bool, Future[list[Future[Samples]]] | None]] = deque()
         current: list[Future[Samples]] = []
         lead = True
+        first_window: Future[Samples] | None = None
 
         def top_up() -> None:
-            nonlocal lead
+            nonlocal lead, first_window
             while calls and len(queued) < LOOKAHEAD:
                 index, ids, last = calls.popleft()
                 job: Future[list[Future[Samples]]] | None = None
                 if ids and lead:  # nothing else is running yet: this front takes every core
                     lead = False
                     job = Future()
-                    job.set_result(self._decode(ids, self._session, first=True))
+                    windows = self._decode(ids, self._session, first=True)
+                    job.set_result(windows)
+                    first_window = windows[0] if windows else None
                 elif ids:
                     # Only the next call's front jumps the windows already queued: one
                     # further ahead waits its turn, so a slow device is never kept
                     # from the window playback needs next by fronts it needs later.
                     urgent = len(queued) == (1 if lead_queued else 0)
-                    job = pool.submit(FRONT if urgent else WINDOW, self._decode_pooled, ids, cancelled)
+                    priority, pooled = FRONT if urgent else WINDOW, self._decode_pooled
+                    job = (pool.submit(priority, pooled, ids, cancelled) if first_window is None
+                           else pool.submit_after(first_window, priority, pooled, ids, cancelled))
                 queued.append((index, last, job))
 
         lead_queued = True  # the first call is still in `queued` (not being yielded yet)
@@ -344,7 +362,8 @@ def _load_split(model: Path, prepared_dir: Path, threads: int, accel: Accelerato
             weights = load_weights(loading.front) if accel.cpu_only else None
             front_shapes, window_shapes = _front_profile(config), window_profile(prepared.info)
             common: dict[str, Any] = {"shapes_vary": True, "accel": accel, "optimized": loading is cpu}
-            lead = make_session(loading.front, threads, weights=weights, profile=front_shapes, **common)
+            lead = make_session(loading.front, threads, spin=False, weights=weights, profile=front_shapes,
+                                **common)
             front = (functools.partial(make_session, loading.front, 1, spin=False, weights=weights,
                                        profile=front_shapes, **common) if threads > 1 else None)
             vocoder = make_session(loading.vocoder, 1, profile=window_shapes, **common)

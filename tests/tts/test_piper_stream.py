@@ -13,6 +13,7 @@ import onnx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from waiting import wait_until
 
 from edge_agent.config import TtsSettings
 from edge_agent.models import ModelStore, load_catalog
@@ -249,6 +250,62 @@ def test_a_slow_next_front_does_not_hold_back_audio_that_is_ready(streaming: Pip
     finally:
         release.set()
         streaming._session, streaming._front = real, real_pooled
+
+
+def test_nothing_else_of_a_stream_runs_until_its_first_window_is_decoded(streaming: PiperVoice) -> None:
+    """On shared cores a job of ours beside the first window only delays the first audio."""
+    sentences = ["Dinner is ready.", "The front door is open.", "Please close it before you leave."]
+    assert streaming._vocoder is not None and streaming._pool is not None
+    vocoder, pool = streaming._vocoder, streaming._pool
+    ids = streaming.phoneme_ids(sentences[0])[0]
+    frames = streaming._session.run(None, streaming._inputs(ids))[0].shape[-1]
+    rest = len(windowed.plan_windows(frames, first=True, workers=streaming._workers)) - 1
+    assert rest >= 1
+    real_decode, real_pooled = vocoder.decode, streaming._decode_pooled
+    started = threading.Event()
+    release = threading.Event()
+    log: list[str] = []
+
+    def decode(z, start=0, end=None):  # type: ignore[no-untyped-def]
+        first = not log
+        log.append(f"window {start}")
+        if first:
+            started.set()
+            assert release.wait(30)
+        try:
+            return real_decode(z, start, end)
+        finally:
+            log.append(f"window {start} done")
+
+    def pooled(ids, cancelled):  # type: ignore[no-untyped-def]
+        log.append("front")
+        return real_pooled(ids, cancelled)
+
+    vocoder.decode = decode  # type: ignore[method-assign]
+    streaming._decode_pooled = pooled  # type: ignore[method-assign]
+    pieces: list[tuple[int, np.ndarray, bool]] = []
+    consumer = threading.Thread(target=lambda: pieces.extend(streaming.stream(sentences)))
+    try:
+        consumer.start()
+        assert started.wait(30)
+        # The rest of the first sentence and the next two fronts are queued, held behind the window.
+        wait_until(lambda: len(pool._held) == rest + 2, what="the stream's other jobs to be held")
+        assert log == ["window 0"]
+    finally:
+        release.set()
+        consumer.join(60)
+        vocoder.decode = real_decode  # type: ignore[method-assign]
+        del streaming._decode_pooled
+    assert log.index("window 0 done") == 1
+    assert [i for i, _, last in pieces if last] == [0, 1, 2]
+    assert pieces[0][1].size == windowed.FIRST_FRAMES * 256
+
+
+def test_the_first_front_takes_every_core_without_spinning(streaming: PiperVoice) -> None:
+    """Threads spinning between ops doubled the front's CPU time and slowed it on shared cores."""
+    options = streaming._session.get_session_options()
+    assert options.intra_op_num_threads == 2
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
 
 
 def test_an_unwritable_cache_costs_the_split_not_the_voice(model: Path, tmp_path: Path) -> None:

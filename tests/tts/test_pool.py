@@ -7,6 +7,7 @@ import sys
 import threading
 
 import pytest
+from waiting import wait_until
 
 from edge_agent.tts.pool import PriorityPool
 
@@ -52,6 +53,49 @@ def test_shutdown_cancels_what_has_not_started_and_refuses_more() -> None:
     with pytest.raises(RuntimeError, match="after shutdown"):
         pool.submit(0, lambda: None)
     pool._executor.shutdown(wait=True)  # the worker threads are gone
+
+
+def test_a_job_submitted_after_a_gate_takes_no_worker_until_the_gate_is_done() -> None:
+    pool = PriorityPool(2, "test")
+    try:
+        opened = threading.Event()
+        gate = pool.submit(1, opened.wait, 10)
+        ran: list[str] = []
+        held = pool.submit_after(gate, -1, ran.append, "held")  # the most urgent, yet it waits
+        pool.submit(1, ran.append, "free").result(10)  # the second worker was free for others
+        assert ran == ["free"] and not held.done()
+        opened.set()
+        held.result(10)
+        assert ran == ["free", "held"]
+        # A gate already done releases at once.
+        assert pool.submit_after(gate, 0, lambda: 7).result(10) == 7
+    finally:
+        pool.shutdown()
+
+
+def test_a_held_job_that_is_cancelled_or_shut_down_never_runs() -> None:
+    pool = PriorityPool(1, "test")
+    opened = threading.Event()
+    gate = pool.submit(0, opened.wait, 10)
+    ran: list[str] = []
+    cancelled = pool.submit_after(gate, 0, ran.append, "cancelled")
+    assert cancelled.cancel()
+    opened.set()
+    gate.result(10)
+    pool.submit(1, ran.append, "after").result(10)  # the one worker has run what was queued
+    assert ran == ["after"]
+
+    blocker = threading.Event()
+    second_gate = pool.submit(0, blocker.wait, 10)
+    waiting = pool.submit_after(second_gate, 0, ran.append, "never")
+    wait_until(second_gate.running, what="the gate to start")
+    pool.shutdown()
+    assert waiting.cancelled()
+    blocker.set()
+    assert second_gate.result(10) is True
+    assert ran == ["after"]
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit_after(second_gate, 0, ran.append, "refused")
 
 
 def test_a_process_that_exits_waits_for_running_jobs() -> None:
