@@ -291,6 +291,9 @@ class Check:
             "announcements": {"state_dir": str(self.work / "announcements")},
             "audio": {"output": "null", "input_pipe": str(self.fifo), "input_rate": 22050},
             "asr": {"model": args.whisper},
+            # The voice's noise off: every run speaks the same samples, so what Whisper hears of
+            # them (the checks transcribe what the device said) is the same every run.
+            "tts": {"noise_scale": 0, "noise_w": 0},
             "listen": {"mode": "wake"},
             "wyoming": {"enabled": True, "uri": f"tcp://127.0.0.1:{self.ports['satellite']}",
                         "services_uri": f"tcp://127.0.0.1:{self.ports['services']}", "zeroconf": False},
