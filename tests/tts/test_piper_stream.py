@@ -13,7 +13,6 @@ import onnx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from waiting import wait_until
 
 from edge_agent.config import TtsSettings
 from edge_agent.models import ModelStore, load_catalog
@@ -21,6 +20,7 @@ from edge_agent.onnxsessions import cpu_fingerprint, load_weights, make_session
 from edge_agent.tts import vits, windowed
 from edge_agent.tts.piper import PiperVoice
 from edge_agent.tts.voice import synthesize
+from tests.waiting import wait_until
 
 VOICE = "en_US-joe-medium"
 LONG = ("The washing machine in the basement has finished its cycle and the clothes should be "

@@ -7,9 +7,9 @@ import sys
 import threading
 
 import pytest
-from waiting import wait_until
 
 from edge_agent.tts.pool import PriorityPool
+from tests.waiting import wait_until
 
 
 def test_the_most_urgent_job_runs_first_and_equals_in_order() -> None:
