@@ -544,7 +544,7 @@ class Daemon:
                             available_wake_words=self.wake_offered(), set_wake_words=self._set_wake_words)
         assistant = Assistant(self.announcements, entities,
                               MediaLimits(settings.media_max_bytes, settings.media_timeout_s),
-                              end_turn=self._end_streamed_turn, open_turn=self._open_turn,
+                              end_turn=self._end_streamed_turn, open_turn=self._continue_conversation,
                               on_transcript=self.turns.remote_heard)
         service = EsphomeService(settings, self.device, assistant, entities)
         try:
@@ -570,10 +570,18 @@ class Daemon:
         return takers
 
     def _open_turn(self, conversation_id: str) -> bool:
-        """A turn without a wake word (any thread): Home Assistant continues the conversation, or an
-        announcement expects a reply. False when the microphone does not listen for wake words."""
+        """A turn without a wake word (any thread) for an announcement that expects a reply: heard
+        here. False when the microphone does not listen for wake words."""
+        return self._open(conversation_id, stream=False)
+
+    def _continue_conversation(self, conversation_id: str) -> bool:
+        """Home Assistant continues or starts a conversation (any thread): a turn without a wake
+        word, streamed to it while it runs the voice assistant."""
+        return self._open(conversation_id, stream=True)
+
+    def _open(self, conversation_id: str, *, stream: bool) -> bool:
         if self.listener is not None and self.listening.get("mode") == "wake":
-            self.listener.hearing.open_turn(conversation_id)
+            self.listener.hearing.open_turn(conversation_id, stream=stream)
             return True
         return False
 

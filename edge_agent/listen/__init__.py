@@ -7,10 +7,12 @@ from edge_agent.listen.hearing import (
     Heard,
     Hearing,
     HearingLoop,
+    Reopened,
     Streamed,
     TurnEnded,
     Woke,
     build_hearing,
 )
 
-__all__ = ["Event", "Heard", "Hearing", "HearingLoop", "Streamed", "TurnEnded", "Woke", "build_hearing"]
+__all__ = ["Event", "Heard", "Hearing", "HearingLoop", "Reopened", "Streamed", "TurnEnded", "Woke",
+           "build_hearing"]

@@ -82,6 +82,14 @@ class Woke:
 
 
 @dataclass(frozen=True)
+class Reopened:
+    """A turn opened without a wake word (`open_turn(..., stream=True)`) whose audio streams out as
+    `Streamed` blocks: Home Assistant continues or starts a conversation."""
+
+    conversation_id: str
+
+
+@dataclass(frozen=True)
 class Streamed:
     """Audio of a streamed turn (16 kHz), in stream order."""
 
@@ -110,7 +118,7 @@ class TurnEnded:
     time: float
 
 
-Event = Woke | Heard | Streamed | TurnEnded
+Event = Woke | Reopened | Heard | Streamed | TurnEnded
 WakeFilter = Callable[[Detection], bool]
 
 
@@ -154,7 +162,7 @@ class Hearing:
         """(stream sample, block) of the audio before the current block, at least `_lookback` long."""
         self._idle_since = 0
         """Stream sample where the last turn ended: a lookback never reaches back past it."""
-        self._requested: str | None = None
+        self._requested: tuple[str, bool] | None = None
         self._end_requested: str | None = None
         self._lock = threading.Lock()
 
@@ -166,10 +174,12 @@ class Hearing:
     def in_turn(self) -> bool:
         return self._turn is not None
 
-    def open_turn(self, conversation_id: str) -> None:
-        """Open a turn without a wake word at the next block (any thread; wake mode only)."""
+    def open_turn(self, conversation_id: str, stream: bool = False) -> None:
+        """Open a turn without a wake word at the next block (any thread; wake mode only); with
+        `stream` its audio goes out as `Streamed` blocks (after a `Reopened`) if `stream_turns`
+        still says yes then, else it is transcribed here."""
         with self._lock:
-            self._requested = conversation_id
+            self._requested = (conversation_id, stream)
 
     def end_turn(self, conversation_id: str) -> None:
         """End the streamed turn `conversation_id` at the next block (any thread); a turn
@@ -191,7 +201,11 @@ class Hearing:
             requested, self._requested = self._requested, None
             end, self._end_requested = self._end_requested, None
         if requested is not None and self._turn is None:
-            self._open(requested, None, start)
+            conversation_id, stream = requested
+            streamed = stream and self.stream_turns is not None and self.stream_turns()
+            self._open(conversation_id, None, start, streamed)
+            if streamed:
+                events.append(Reopened(conversation_id))
         detections = self.wake.feed(block)
         if self._turn is not None:
             events += self._continue(block, start, end)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from edge_agent.audio.frames import Samples
-from edge_agent.listen.hearing import Streamed, TurnEnded, Woke
+from edge_agent.listen.hearing import Reopened, Streamed, TurnEnded, Woke
 from edge_agent.listen.turn import HearObserver
 
 
@@ -65,6 +65,14 @@ class RemoteRouter(HearObserver):
         else:
             found = event.detection
             self._current.begin_turn(event.conversation_id, found.model, found.wake_word, found.time)
+
+    def reopened(self, event: Reopened) -> None:
+        """A conversation continued without a wake word: the same kind of turn, with no phrase."""
+        self._current = next((t for t in self._takers() if t.streaming), None)
+        if self._current is None:
+            self._end_turn(event.conversation_id)
+        else:
+            self._current.begin_turn(event.conversation_id, "", "", 0.0)
 
     def streamed(self, event: Streamed) -> None:
         if self._current is not None:

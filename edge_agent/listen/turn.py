@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edge_agent.config import Settings
-from edge_agent.listen.hearing import Event, Heard, Streamed, TurnEnded, Woke
+from edge_agent.listen.hearing import Event, Heard, Reopened, Streamed, TurnEnded, Woke
 from edge_agent.metrics import Metrics
 from edge_agent.wake.engine import Detection
 
@@ -56,6 +56,10 @@ class HearObserver(Protocol):
 
     def woke(self, event: Woke) -> None:
         """A wake word opened a turn."""
+        return None  # not abstract: an observer overrides only what it cares about
+
+    def reopened(self, event: Reopened) -> None:
+        """A streamed turn opened without a wake word (Home Assistant continues the conversation)."""
         return None  # not abstract: an observer overrides only what it cares about
 
     def streamed(self, event: Streamed) -> None:
@@ -131,6 +135,12 @@ class Conversation:
                 observer.streamed(event)
         elif isinstance(event, Woke):
             self._woke(event)
+        elif isinstance(event, Reopened):
+            with self._lock:  # nothing is spoken over the command but its answer
+                self._cancel_release()
+            self._speaker.hold()
+            for observer in self._observers:
+                observer.reopened(event)
         elif isinstance(event, Heard):
             self._heard(event)
         elif isinstance(event, TurnEnded):

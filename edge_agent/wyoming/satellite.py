@@ -186,9 +186,12 @@ class SatelliteService:
         self.turn = _Turn(conversation_id, wake_word)
         self.answer_for = conversation_id
         log.info("streaming the command to Home Assistant", extra={"conversation_id": conversation_id})
-        controller.post(Detection(name=wake_model, timestamp=round(timestamp_s * 1000)).event(),
-                        RunPipeline(start_stage=PipelineStage.ASR, end_stage=PipelineStage.TTS,
-                                    wake_word_name=wake_model).event())
+        pipeline = RunPipeline(start_stage=PipelineStage.ASR, end_stage=PipelineStage.TTS,
+                               wake_word_name=wake_model or None).event()
+        if wake_model:  # a turn opened without a wake word (a conversation continued) has none
+            controller.post(Detection(name=wake_model, timestamp=round(timestamp_s * 1000)).event(), pipeline)
+        else:
+            controller.post(pipeline)
 
     def audio(self, conversation_id: str, samples: Samples) -> None:
         turn, controller = self.turn, self.controller

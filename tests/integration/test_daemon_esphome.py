@@ -116,3 +116,61 @@ def test_a_wake_word_streams_the_command_to_home_assistant_and_its_answer_url_is
     assert done[0]["conversation_id"] == got["conversation_id"]  # the answer to the wake word's turn
     heard = watcher.wait("edge/kitchen/transcript")
     assert heard[0]["text"] == got["heard"] and heard[0]["source"] == "home-assistant"
+
+
+def test_a_conversation_home_assistant_continues_streams_the_next_command_without_a_wake_word(
+        listening, clip_cache, piper_voice, tmp_path: Path) -> None:
+    daemon, mic = listening["daemon"], listening["mic"]
+    media = MediaServer(tmp_path)
+    writer = WavWriter(tmp_path / "question.wav", 22050)
+    writer.write(clip_22k("Which room?", clip_cache, piper_voice))
+    writer.close()
+    command = load_16k(piper_clip(WAKE_COMMAND, clip_cache, piper_voice))
+
+    async def home_assistant() -> tuple[str | None, str | None, int]:
+        starts: asyncio.Queue[str | None] = asyncio.Queue()
+        finished: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        heard = [0]
+
+        async def handle_start(conversation_id: str, flags: int, settings: Any, phrase: str | None) -> int:
+            heard[0] = 0
+            starts.put_nowait(phrase)
+            return 0
+
+        async def handle_stop(abort: bool) -> None:
+            return None
+
+        async def handle_audio(data: bytes, data2: bytes | None = None) -> None:
+            heard[0] += len(data)
+
+        async def handle_finished(message: Any) -> None:
+            if not finished.done():
+                finished.set_result(message.success)
+
+        async for client in connected(daemon):
+            client.subscribe_voice_assistant(handle_start=handle_start, handle_stop=handle_stop,
+                                             handle_audio=handle_audio,
+                                             handle_announcement_finished=handle_finished)
+            await client.device_info()
+            mic.say(np.concatenate([silence(0.3), command]))
+            first = await asyncio.wait_for(starts.get(), 30)
+            for kind, data in ((Ev.VOICE_ASSISTANT_STT_END, {"text": "turn on the lights"}),
+                               (Ev.VOICE_ASSISTANT_INTENT_END, {"conversation_id": "c1",
+                                                                 "continue_conversation": "1"}),
+                               (Ev.VOICE_ASSISTANT_TTS_END, {"url": media.url("question.wav")}),
+                               (Ev.VOICE_ASSISTANT_RUN_END, {})):
+                client.send_voice_assistant_event(kind, data)
+            assert await asyncio.wait_for(finished, 60)
+            second = await asyncio.wait_for(starts.get(), 30)  # the microphone opened again, no wake word
+            async with asyncio.timeout(30):
+                while heard[0] < 2 * RATE:  # a second of the reopened turn's audio
+                    await asyncio.sleep(0.05)
+            client.send_voice_assistant_event(Ev.VOICE_ASSISTANT_RUN_END, {})
+            return first, second, heard[0]
+        raise AssertionError("not connected")
+
+    try:
+        first, second, streamed = asyncio.run(home_assistant())
+    finally:
+        media.close()
+    assert first == "Okay Nabu" and second is None and streamed >= 2 * RATE

@@ -12,7 +12,7 @@ from benchmarks.clips import load_16k, piper_clip
 from edge_agent.asr.transcriber import Transcriber, Transcribing
 from edge_agent.asr.whisper import Padding
 from edge_agent.config import AsrSettings, ListenSettings, VadSettings, WakeSettings
-from edge_agent.listen import Heard, Hearing, Streamed, TurnEnded, Woke
+from edge_agent.listen import Heard, Hearing, Reopened, Streamed, TurnEnded, Woke
 from edge_agent.text.wer import wer
 from edge_agent.vad import Segmenter, WebRtcClassifier
 from edge_agent.wake import WakeEngine
@@ -208,6 +208,31 @@ def test_a_streamed_turn_hands_on_the_audio_after_the_wake_word_until_it_is_ende
     after_wake = audio[round(woke.detection.time * 16000) - round(ListenSettings().lookback_ms * 16):]
     assert np.array_equal(sent, after_wake[:sent.size])
     assert "kitchen lights" in whisper.recognize(sent, Padding.from_settings(AsrSettings())).text.lower()
+
+
+def test_a_conversation_continued_without_a_wake_word_streams_its_turn_from_the_next_block(
+        whisper, wake_engine, speech):
+    h = hearing(whisper, wake_engine)
+    h.stream_turns = lambda: True
+    run(h, silence(0.3))
+    h.open_turn("c2", stream=True)
+    command = speech[COMMAND]
+    events = run(h, np.concatenate([command, silence(0.5)]))
+    assert isinstance(events[0], Reopened) and events[0].conversation_id == "c2"
+    assert not any(isinstance(e, Woke) for e in events)
+    sent = np.concatenate([e.samples for e in events if isinstance(e, Streamed)])
+    assert np.array_equal(sent[:command.size], command)  # from the first sample on, nothing lost
+    assert h.transcribing.stats.utterances == 0  # the remote side transcribes
+
+
+def test_a_streamed_reopening_nobody_takes_any_more_is_heard_here(whisper, wake_engine, speech):
+    h = hearing(whisper, wake_engine)
+    h.stream_turns = lambda: False  # the controller left before the turn opened
+    h.open_turn("c3", stream=True)
+    events = run(h, np.concatenate([speech[COMMAND], silence(1.0)]))
+    assert not any(isinstance(e, (Reopened, Streamed)) for e in events)
+    heard = [e for e in events if isinstance(e, Heard)]
+    assert heard and heard[0].conversation_id == "c3"
 
 
 def test_a_streamed_turn_nobody_ends_stops_at_the_command_timeout(whisper, wake_engine, speech):
