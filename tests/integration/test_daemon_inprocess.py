@@ -258,9 +258,10 @@ class TurnListener(ScriptedListener):
         super().__init__(events)
         self.hearing = self
         self.opened: list[str] = []
+        self.streamed: list[str] = []
 
-    def open_turn(self, conversation_id):
-        self.opened.append(conversation_id)
+    def open_turn(self, conversation_id, stream=False):
+        (self.streamed if stream else self.opened).append(conversation_id)
 
 
 def test_a_turn_publishes_wake_and_transcript_holds_announcements_and_the_answer_goes_first(
