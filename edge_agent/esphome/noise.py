@@ -60,7 +60,7 @@ class NoiseFrames:
 
     async def handshake(self, name: str, mac: str) -> list[bytes]:
         """Read the client's hello and handshake; the frames to send back. A wrong key raises
-        `FrameError` after the failure frame has been returned through `failure`."""
+        `WrongKey`, whose `frames` (our hello and the failure frame) tell the client so."""
         first = await preamble(self._reader, self.limits.frame_timeout_s)
         if first == PLAINTEXT:
             raise RequiresEncryption
