@@ -21,6 +21,7 @@ from aioesphomeapi import api_pb2 as pb
 from google.protobuf.message import Message
 
 from edge_agent import __version__
+from edge_agent.errors import TIMEOUTS
 from edge_agent.esphome.assistant import Assistant
 from edge_agent.esphome.entities import Entities
 from edge_agent.esphome.frames import FrameError, FrameLimits, FrameReader
@@ -28,6 +29,8 @@ from edge_agent.esphome.noise import REQUIRES_ENCRYPTION, NoiseFrames, RequiresE
 
 log = logging.getLogger(__name__)
 
+STOP_WAIT_S = 2.0
+"""Longest `stop` waits for the clients' transports to close, once their tasks ended."""
 API_VERSION = (1, 10)
 """The API version answered in `HelloResponse` (what linux-voice-assistant answers)."""
 MANUFACTURER, MODEL = "edge-speech", "edge-agent"
@@ -172,7 +175,9 @@ class EsphomeServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if server is not None:
-            await server.wait_closed()
+            # From Python 3.12.1 `wait_closed` also waits for every client's transport: bounded.
+            with contextlib.suppress(*TIMEOUTS):
+                await asyncio.wait_for(server.wait_closed(), STOP_WAIT_S)
 
     def device_info(self) -> pb.DeviceInfoResponse:
         return pb.DeviceInfoResponse(

@@ -83,6 +83,10 @@ class Services:
     """Only inside `edge-agent run`: the device's microphone and speaker for Home Assistant."""
 
 
+STOP_WAIT_S = 2.0
+"""Longest `stop` waits for the listening socket's clients to be closed, once their tasks ended."""
+
+
 class WyomingServer:
     """Serves `Services` over TCP."""
 
@@ -118,8 +122,14 @@ class WyomingServer:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._server is not None:
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+            # From Python 3.12.1 `wait_closed` also waits for every client's transport, and one
+            # still closing (a refused stream's linger) held a stop for good on 3.13: close them
+            # (3.13 has the call) and wait a bounded time.
+            close_clients = getattr(self._server, "close_clients", None)
+            if close_clients is not None:
+                close_clients()
+            with contextlib.suppress(Exception, *TIMEOUTS):
+                await asyncio.wait_for(self._server.wait_closed(), STOP_WAIT_S)
 
     @property
     def connections(self) -> int:
