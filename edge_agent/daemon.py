@@ -388,7 +388,7 @@ class Daemon:
         new = self.source.build(active.layer)
         config_volume = new.audio.volume
         if config_volume == self._config_volume:  # else the config sets a new volume: the latest word wins
-            new = self._with_user_volume(new)
+            new = self._with_user_choices(new)
         old = self.settings
         changed = {f.name for f in dataclasses.fields(Settings)
                    if getattr(old, f.name) != getattr(new, f.name)}
@@ -589,7 +589,7 @@ class Daemon:
         """Home Assistant chose other wake words: the hearing loop restarts with them."""
         self._user_wake = tuple(names)
         self._save_controls()
-        self.settings = self._with_user_volume(self.settings)
+        self.settings = self._with_user_choices(self.settings)
         log.info("wake words set to %s", ", ".join(names))
         if self._loop is not None and not self._mic_muted:
             asyncio.run_coroutine_threadsafe(self._restart_listener(), self._loop)
@@ -651,7 +651,7 @@ class Daemon:
         self._user_wake = tuple(chosen) if chosen else None
         """The wake words Home Assistant chose (the ESPHome API); None: `wake.models`."""
         self._config_volume = self.settings.audio.volume
-        self.settings = self._with_user_volume(self.settings)
+        self.settings = self._with_user_choices(self.settings)
         mode = self.settings.listen.mode if self.settings.daemon.listen else "off"
         if self._mic_muted and mode != "off":  # the status sent on connecting, before the listener starts
             self.listening = {"mode": mode, "state": "muted"}
@@ -665,7 +665,7 @@ class Daemon:
             log.error("cannot save the microphone mute and volume to %s (%s): they hold until the "
                       "daemon restarts", self.controls.path, exc.strerror or exc)
 
-    def _with_user_volume(self, settings: Settings) -> Settings:
+    def _with_user_choices(self, settings: Settings) -> Settings:
         """`settings` with what the user chose at run time (volume, wake words) over the config's."""
         if self._user_wake is not None:
             settings = replace(settings, wake=replace(settings.wake, models=self._user_wake))
