@@ -32,7 +32,7 @@ import aiohttp
 # The loopback microphone and file server, shared with `bench esphome` (standard library only;
 # this script runs in Home Assistant's venv, where the project is not installed).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-from benchmarks.loopback import FifoMicrophone, FileServer
+from benchmarks.loopback import FifoMicrophone, FileServer, stop_process
 
 CLIENT_ID = "http://127.0.0.1/"
 READY_S = 120.0
@@ -83,13 +83,8 @@ class Device:
         return await until(found, timeout, f"the device to log /{pattern}/")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            stop_process(self.proc)
 
 
 class Hass:
@@ -247,13 +242,8 @@ logger:
     async def stop(self) -> None:
         if self._ws is not None:
             await self._ws.close()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            stop_process(self.proc, grace_s=60)
 
     async def close(self) -> None:
         await self.stop()

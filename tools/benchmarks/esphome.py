@@ -31,7 +31,7 @@ import wave
 from pathlib import Path
 from typing import Any
 
-from benchmarks.loopback import FifoMicrophone, FileServer
+from benchmarks.loopback import FifoMicrophone, FileServer, stop_process
 from benchmarks.report import emit, machine, median, percentile
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
@@ -152,12 +152,7 @@ class _Device:
 
     def stop(self) -> None:
         self.mic.stop()
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        stop_process(self.proc)
 
 
 async def _esphome(work: Path, args: argparse.Namespace, clip: bytes, notice: Path) -> dict[str, Any]:

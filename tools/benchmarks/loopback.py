@@ -3,18 +3,32 @@
 `FifoMicrophone` feeds a device's `audio.input_pipe` in real time, silence between the
 clips it is asked to say, and opens the FIFO again when the device closes its end (a
 muted microphone); `FileServer` serves a directory over HTTP, as Home Assistant serves
-TTS and media URLs. `bench esphome` and `scripts/ha-check` (which runs in Home
-Assistant's own venv and imports this module by path) drive a device with them.
+TTS and media URLs; `stop_process` ends a child (the device, a peer server) politely, then
+for sure. `bench esphome`, `bench wyoming` and `scripts/ha-check` (which runs in Home
+Assistant's own venv and imports this module by path) use them.
 """
 
 from __future__ import annotations
 
 import http.server
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+
+def stop_process(proc: subprocess.Popen[Any], grace_s: float = 30.0) -> None:
+    """SIGTERM, `grace_s` to exit (a daemon's shutdown), then SIGKILL; a finished one is left alone."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 class FifoMicrophone(threading.Thread):

@@ -46,6 +46,7 @@ from wyoming.info import Describe
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
 
 from benchmarks.clips import COMMANDS, Clip, clip_settings, clips_dir, make_clips
+from benchmarks.loopback import stop_process
 from benchmarks.report import emit, machine, median
 from benchmarks.tts import TEXTS
 from edge_agent.asr.whisper import resolve_export_dir
@@ -134,13 +135,7 @@ class Server:
             await asyncio.sleep(0.2)  # the next connection attempt; the process is still starting
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc, grace_s=10)
 
 
 async def synthesize(port: int, text: str, voice: str | None) -> tuple[float, float, float]:
