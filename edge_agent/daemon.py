@@ -31,7 +31,7 @@ from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.audio.frontend import FrontEndSource
 from edge_agent.audio.reference import PlaybackReference, ReferenceSink
 from edge_agent.audio.sinks import AudioOutput
-from edge_agent.audio.sources import CommandSource
+from edge_agent.audio.sources import CommandSource, release_pipes
 from edge_agent.config import WAKE_BUILTIN, Settings, load_settings
 from edge_agent.controls import ControlState, ControlStore
 from edge_agent.errors import EdgeError
@@ -245,6 +245,7 @@ class Daemon:
         self.turns.close()
         if self.listener is not None:
             self.listener.stop()
+        release_pipes()  # the FIFO a mute left open for its writer
         self.announcements.stop()
         _close(self.synth)
         if self.bridge is not None:

@@ -46,7 +46,8 @@ class AudioSettings:
     Restarted with backoff when it exits. Split like a shell line; no shell runs it."""
     input_pipe: str | None = None
     """Listen to raw PCM (`input_rate`, `input_width`, `input_channels`) as it arrives on this
-    FIFO (created when missing; writers may come and go) or, with `"-"` (quoted in YAML: a bare
+    FIFO (created when missing; writers may come and go; held open while the agent runs, so a
+    writer outlives a mute, read and discarded meanwhile) or, with `"-"` (quoted in YAML: a bare
     `-` is a list), on standard input."""
     input_rate: int = 16000
     """Hertz of `input_command` / `input_pipe` audio (resampled to the 16 kHz the hearing needs)."""

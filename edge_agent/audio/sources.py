@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, ClassVar, Protocol
 
 import numpy as np
 
@@ -227,6 +227,12 @@ class PipeSource:
     The FIFO is created (mode 0600) when missing and opened for reading and writing: opening
     does not wait for a writer, and a writer that closes is no end of stream (Linux), so
     writers may come and go. Standard input ends the stream at its end.
+
+    The pipe itself is held by this process (`HeldPipe`) from the first source on it until
+    `release_pipes`: closing the source (a mute, a restart of the hearing loop) only stops
+    hearing it, and what arrives meanwhile is read and discarded. A writer such as
+    `arecord > fifo` therefore never loses its reader and lives through a mute, and the
+    source opened on unmute hears the audio of now, not a pipe's worth of the past.
     """
 
     live = True
@@ -239,19 +245,20 @@ class PipeSource:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._reading = False
-        self._block_bytes = max(1, round(block_s * rate)) * channels * width
+        self._frame = channels * width
+        self._block_bytes = max(1, round(block_s * rate)) * self._frame
         self._convert = PcmConverter(rate, channels, width, self.name)
-        self._fd: int | None = os.dup(0) if where == "-" else _open_fifo(Path(where), self.name)
+        self._pipe: HeldPipe | None = HeldPipe.take(where, self.name)
 
     def blocks(self) -> Iterator[Samples]:
         with self._lock:
-            fd = self._fd
-            if fd is None or self._closed.is_set():
+            pipe = self._pipe
+            if pipe is None or self._closed.is_set():
                 return
             self._reading = True
         try:
-            read = _fd_reader(fd, self._block_bytes, self._closed.is_set)
-            yield from _converted(read, self._convert, self._closed.is_set, self.name)
+            yield from _converted(pipe.reader(self._block_bytes, self._frame, self._closed.is_set),
+                                  self._convert, self._closed.is_set, self.name)
             if not self._closed.is_set():
                 tail = self._convert.finish()
                 if tail.size:
@@ -259,19 +266,153 @@ class PipeSource:
         finally:
             with self._lock:
                 self._reading = False
-                self._release()
+                self._let_go()
 
     def close(self) -> None:
         """Stop reading; the reader (if one is reading) lets go of the pipe within `POLL_S`."""
         with self._lock:
             self._closed.set()
             if not self._reading:
-                self._release()
+                self._let_go()
 
-    def _release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+    def _let_go(self) -> None:
+        if self._pipe is not None:
+            self._pipe.give_back()
+            self._pipe = None
+
+
+class HeldPipe:
+    """A FIFO or standard input that this process keeps open while it runs, so that its writer
+    always has a reader: one `PipeSource` at a time reads it (`take` ... `give_back`); between
+    them a drain thread reads and discards what arrives.
+
+    Only the thread that reads (a source's reader, or the drain thread, handed over under the
+    registry's lock) touches the descriptor, and it is closed only when no one reads, so its
+    number is never read once reused. `offset` counts every byte read, so the next reader
+    starts on a frame boundary whatever the drain thread's reads cut.
+    """
+
+    _held: ClassVar[dict[str, HeldPipe]] = {}
+    """Path (`-`: standard input) -> the pipe held open for it."""
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, key: str, fd: int, name: str) -> None:
+        self.key = key
+        self.name = name
+        self.fd: int | None = fd
+        self.offset = 0
+        """Bytes read from the pipe so far, by the sources and the drain thread."""
+        self.drained = 0
+        """Bytes the drain thread discarded (nobody was hearing)."""
+        self.taken = False
+        self._released = False
+        self._drainer: threading.Thread | None = None
+        self._stop_draining = threading.Event()
+
+    @classmethod
+    def take(cls, where: str, name: str) -> HeldPipe:
+        """The pipe `where` for one source to read: opened (a FIFO made) the first time, else the
+        one held since, once its drain thread has stopped."""
+        key = "-" if where == "-" else os.path.abspath(where)
+        with cls._lock:
+            pipe = cls._held.get(key)
+            if pipe is not None and pipe.taken:
+                raise AudioUnavailable(f"{name}: already read by another source")
+            if pipe is not None and key != "-" and not pipe._same_fifo():
+                pipe._stop_drain()  # the FIFO was removed (and perhaps made again): open the new one
+                pipe._close()
+                pipe = None
+            if pipe is None:
+                fd = os.dup(0) if key == "-" else _open_fifo(Path(key), name)
+                pipe = cls._held[key] = HeldPipe(key, fd, name)
+            pipe._stop_drain()
+            pipe.taken = True
+            return pipe
+
+    def reader(self, size: int, frame: int, closed: Callable[[], bool]) -> Callable[[], bytes]:
+        """Reads for the source that took the pipe, from the next frame boundary on; b"" at the
+        end of standard input, or once `closed()`."""
+        if self.fd is None:
+            return lambda: b""
+        read = _fd_reader(self.fd, size, closed)
+        skip = -self.offset % frame
+
+        def aligned() -> bytes:
+            nonlocal skip
+            while True:
+                data = read()
+                self.offset += len(data)
+                if not data:
+                    return data
+                if skip:
+                    data, skip = data[skip:], max(0, skip - len(data))
+                if data:
+                    return data
+        return aligned
+
+    def give_back(self) -> None:
+        """The source is done reading: drain until the next one takes the pipe (or let go of it
+        after `release_pipes`)."""
+        with HeldPipe._lock:
+            self.taken = False
+            if self._released or self.fd is None:
+                self._close()
+                return
+            self._stop_draining.clear()
+            self._drainer = threading.Thread(target=self._drain, name=f"drain {self.name}", daemon=True)
+            self._drainer.start()
+
+    def _drain(self) -> None:
+        fd = self.fd
+        assert fd is not None
+        try:
+            while not self._stop_draining.is_set():
+                ready, _, _ = select.select([fd], [], [], POLL_S)
+                if ready and not self._stop_draining.is_set():
+                    data = os.read(fd, 65536)
+                    self.offset += len(data)
+                    self.drained += len(data)
+                    if not data:
+                        return  # the end of standard input: nothing more will come
+        except OSError as exc:
+            log.warning("%s: draining stopped (%s)", self.name, exc.strerror or exc)
+
+    def _stop_drain(self) -> None:
+        drainer, self._drainer = self._drainer, None
+        if drainer is not None:
+            self._stop_draining.set()
+            drainer.join()
+
+    def _same_fifo(self) -> bool:
+        if self.fd is None:
+            return False
+        try:
+            held, now = os.fstat(self.fd), os.stat(self.key)
+        except OSError:
+            return False
+        return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+
+    def _close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if HeldPipe._held.get(self.key) is self:
+            del HeldPipe._held[self.key]
+
+    @classmethod
+    def release_all(cls) -> None:
+        """Let go of every held pipe: at once where nobody reads, else when its source is done."""
+        with cls._lock:
+            for pipe in list(cls._held.values()):
+                pipe._released = True
+                if not pipe.taken:
+                    pipe._stop_drain()
+                    pipe._close()
+
+
+def release_pipes() -> None:
+    """Close the FIFOs (and standard input) held for `PipeSource`s: the daemon's shutdown."""
+    HeldPipe.release_all()
 
 
 def _open_fifo(path: Path, name: str) -> int:

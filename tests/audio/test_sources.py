@@ -202,6 +202,63 @@ def test_a_fifo_is_read_as_writers_come_and_go_until_closed(tmp_path):
     assert dominant_frequency(out, TARGET_RATE) == pytest.approx(250, abs=3)
 
 
+# A recorder writing into a FIFO (`arecord -t raw > fifo`): a continuous 250 Hz tone at 8 kHz,
+# s16le, in pieces that cut samples in half, paced like a microphone; SIGPIPE kills it as it
+# kills arecord when its reader goes away.
+FIFO_WRITER = """
+import os, signal, sys, time
+import numpy as np
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+fd = os.open(sys.argv[1], os.O_WRONLY)
+t = np.arange(8000 * 600) / 8000
+pcm = (0.5 * 32767 * np.sin(2 * np.pi * 250 * t)).astype("<i2").tobytes()
+start = time.monotonic()
+for at in range(0, len(pcm), 333):
+    os.write(fd, pcm[at:at + 333])
+    time.sleep(max(0.0, at / 16000 - (time.monotonic() - start)))  # pacing: 16000 bytes a second
+"""
+
+
+def test_a_fifo_writer_lives_through_a_closed_source_and_the_next_source_hears_it_in_step(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from edge_agent.audio.sources import HeldPipe, PipeSource, release_pipes
+    from tests.waiting import wait_until
+
+    fifo = tmp_path / "mic.pcm"
+    first = PipeSource(str(fifo), rate=8000)  # the device listening
+    writer = subprocess.Popen([sys.executable, "-c", FIFO_WRITER, str(fifo)])
+    try:
+        blocks = first.blocks()
+        assert next(blocks).size  # audio flows
+        first.close()  # muted: the hearing stops here
+        blocks.close()
+        pipe = HeldPipe._held[str(fifo)]
+        wait_until(lambda: pipe.drained >= 16000, what="a second of audio written and discarded while muted")
+        assert writer.poll() is None  # the writer still has a reader
+
+        second = PipeSource(str(fifo), rate=8000)  # unmuted
+        heard: list[np.ndarray] = []
+        for block in second.blocks():
+            heard.append(block)
+            if sum(map(len, heard)) >= TARGET_RATE:
+                break
+        second.close()
+        # Whatever the drain's reads cut, the second source starts on a sample boundary: a
+        # byte off and the tone would be noise.
+        assert dominant_frequency(np.concatenate(heard), TARGET_RATE) == pytest.approx(250, abs=3)
+        assert writer.poll() is None
+
+        release_pipes()  # the daemon's shutdown: now the writer has no reader
+        assert writer.wait(30) == -signal.SIGPIPE
+    finally:
+        writer.kill()
+        writer.wait()
+        release_pipes()
+
+
 def test_a_path_that_is_not_a_fifo_is_refused(tmp_path):
     from edge_agent.audio.sources import PipeSource
 

@@ -4,6 +4,9 @@ real models, a real mosquitto): what users of arecord/parecord/pw-record and apl
 from __future__ import annotations
 
 import shlex
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -109,6 +112,72 @@ def test_the_daemon_hears_a_live_stream_fed_into_its_fifo(
         heard_the_turn(watcher)
     finally:
         running.stop()
+
+
+# `arecord -t raw > fifo`, as a test can steer it: 16 kHz s16le silence in real time, and the
+# raw file named on a line of its standard input when told; SIGPIPE kills it as it kills arecord.
+RECORDER = """
+import os, select, signal, sys, time
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+fd = os.open(sys.argv[1], os.O_WRONLY)
+block, pending, at = 640, b"", time.monotonic()
+while True:
+    if select.select([sys.stdin], [], [], 0)[0]:
+        line = sys.stdin.readline()
+        if not line:
+            break
+        pending += open(line.strip(), "rb").read()
+    chunk, pending = pending[:block], pending[block:]
+    os.write(fd, chunk.ljust(block, b"\\0"))
+    at += 0.02
+    time.sleep(max(0.0, at - time.monotonic()))  # pacing: a microphone's 20 ms blocks
+"""
+
+
+def listen_states(watcher: Watcher) -> list[str]:
+    return [d["listen"]["state"] for d in watcher.find("edge/dev1/status", lambda d: "listen" in d)]
+
+
+def test_a_recorder_writing_into_the_fifo_lives_through_a_mute_and_is_heard_after_it(
+        tmp_path: Path, broker: Any, whisper_dir: Path, room: np.ndarray, watcher: Watcher) -> None:
+    from edge_agent.audio.sources import HeldPipe
+
+    fifo = tmp_path / "mic.pcm"
+    said = tmp_path / "room.raw"
+    said.write_bytes(encode_pcm(room, 2))
+    running = HearingDaemon(tmp_path, broker, whisper_dir, {
+        "audio.input_pipe": str(fifo), "wake.chime": False, "mqtt.ha_discovery": True})
+    producer = Producer(broker.url)
+    recorder = None
+    try:
+        watcher.wait("edge/dev1/status", lambda d: d.get("listen", {}).get("state") == "listening")
+        recorder = subprocess.Popen([sys.executable, "-c", RECORDER, str(fifo)], stdin=subprocess.PIPE,
+                                    text=True)
+        producer.publish("edge/dev1/ha/mic_mute/set", b"ON")
+        wait_until(lambda: listen_states(watcher)[-1] == "muted", what="the muted status")
+        assert running.daemon.listener is None  # the hearing loop and its source are gone
+        pipe = HeldPipe._held[str(fifo)]
+        drained = pipe.drained
+        wait_until(lambda: pipe.drained >= drained + 32000, what="a second written while muted")
+        assert recorder.poll() is None  # it still has a reader
+
+        producer.publish("edge/dev1/ha/mic_mute/set", b"OFF")
+        wait_until(lambda: listen_states(watcher)[-1] == "listening", what="listening again")
+        assert recorder.stdin is not None
+        recorder.stdin.write(f"{said}\n")
+        recorder.stdin.flush()
+        heard_the_turn(watcher)  # the same writer, heard after the mute
+        assert recorder.poll() is None
+    finally:
+        producer.close()
+        running.stop()
+        if recorder is not None:
+            try:
+                # The daemon let go of the FIFO at shutdown: the recorder's next write ends it.
+                assert recorder.wait(30) == -signal.SIGPIPE
+            finally:
+                recorder.kill()
+                recorder.wait()
 
 
 def test_an_output_command_gets_the_announcement_as_raw_pcm_at_its_rate(
