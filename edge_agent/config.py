@@ -127,7 +127,8 @@ class ListenSettings:
     after the phrase has ended), so a command said without a pause keeps its first word; longer takes
     in the phrase's last syllable, which Whisper writes as a word (200 ms: 'off, turn on ...')."""
     answer_wait_s: float = 5.0
-    """An announcement paused by a turn waits this long for the turn's answer before it resumes."""
+    """An announcement paused by a turn waits this long for the turn's answer before it resumes (not
+    at all once Home Assistant's run has ended without one)."""
 
     def __post_init__(self) -> None:
         if not 1.0 <= self.command_timeout_s <= 60.0:

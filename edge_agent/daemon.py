@@ -513,6 +513,7 @@ class Daemon:
             satellite = SatelliteService(self.settings, self.announcements, self._end_streamed_turn,
                                          list(self.settings.wake.models) if waking else [],
                                          on_transcript=self.turns.remote_heard,
+                                         no_answer=self.turns.unanswered,
                                          on_change=lambda: self._publish(self._status_message("online")))
         service = WyomingService(self.settings, lambda: self.synth, transcriber, wake, satellite)
         try:
@@ -546,7 +547,7 @@ class Daemon:
         assistant = Assistant(self.announcements, entities,
                               MediaLimits(settings.media_max_bytes, settings.media_timeout_s),
                               end_turn=self._end_streamed_turn, open_turn=self._continue_conversation,
-                              on_transcript=self.turns.remote_heard)
+                              on_transcript=self.turns.remote_heard, no_answer=self.turns.unanswered)
         service = EsphomeService(settings, self.device, assistant, entities)
         try:
             await service.start()

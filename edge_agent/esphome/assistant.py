@@ -12,6 +12,11 @@ that connection is the controller, and a newer subscriber replaces it. A turn:
                    announcement queue as the turn's answer (ahead of queued announcements)
     device -> HA   VoiceAssistantAnnounceFinished once it has been played
 
+A run that ends (run-end) without an answer's URL (an error, an empty response) or a
+controller that goes away mid-turn has no answer to wait for: `no_answer` tells the
+conversation turn, which resumes announcements at once instead of after
+`listen.answer_wait_s`.
+
 `VoiceAssistantAnnounceRequest` (assist_satellite.announce / start_conversation) and a
 media player's `play_media` are fetched and queued as announcements the same way;
 `start_conversation` opens a turn once its announcement has played. A finished timer
@@ -90,6 +95,7 @@ class Assistant:
     def __init__(self, announcer: Announcer, entities: Entities, media: MediaLimits, *,
                  end_turn: Callable[[str], None], open_turn: Callable[[str], object],
                  on_transcript: Callable[[str, str, str], None] | None = None,
+                 no_answer: Callable[[str], None] | None = None,
                  wake_words: Sequence[str] = ()) -> None:
         self.announcer = announcer
         self.entities = entities
@@ -97,6 +103,8 @@ class Assistant:
         self.end_hearing_turn = end_turn
         self.open_hearing_turn = open_turn
         self.on_transcript = on_transcript
+        self.no_answer = no_answer
+        """Told the conversation id of a turn whose run ended without an answer (any thread)."""
         self.wake_words = list(wake_words)
         self.controller: Controller | None = None
         self.turn: _Turn | None = None
@@ -149,6 +157,8 @@ class Assistant:
         turn, self.turn = self.turn, None
         if turn is not None and turn.streaming:
             self.end_hearing_turn(turn.conversation_id)
+        if turn is not None and not turn.answered:
+            self._unanswered(turn)
         log.info("esphome: Home Assistant no longer runs the voice assistant")
 
     # -- the hearing loop's thread --------------------------------------------------------
@@ -237,6 +247,12 @@ class Assistant:
         elif kind == EV.VOICE_ASSISTANT_RUN_END and turn is not None and not turn.answered:
             self._stop_listening()
             self.turn = None
+            self._unanswered(turn)
+
+    def _unanswered(self, turn: _Turn) -> None:
+        log.info("esphome: no answer to wait for", extra={"conversation_id": turn.conversation_id})
+        if self.no_answer is not None:
+            self.no_answer(turn.conversation_id)
 
     def _stop_listening(self) -> None:
         turn = self.turn
@@ -249,6 +265,8 @@ class Assistant:
 
         def done(state: str, error: str | None) -> None:
             connection.post(pb.VoiceAssistantAnnounceFinished(success=state == "done"))
+            if turn is not None and state != "done":
+                self._unanswered(turn)  # not fetched, say: its status may never have been queued
             if turn is not None and self.turn is turn:
                 self.turn = None
                 if state == "done" and turn.continue_conversation:

@@ -6,7 +6,9 @@ turn, and hands that turn's events to the first that is: `begin_turn`, then
 `audio` blocks (16 kHz, from where the wake phrase ended), then `end_turn`. All
 three are called on the hearing loop's thread and must only queue work. The
 remote side ends the turn early through the `end_turn` callback it was given (it
-has its transcript).
+has its transcript), and says when its run ended without an answer through the
+`no_answer` callback (`Conversation.unanswered`), so announcements held for the
+answer resume at once rather than after `listen.answer_wait_s`.
 """
 
 from __future__ import annotations

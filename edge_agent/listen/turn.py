@@ -11,7 +11,8 @@ policy, and hands each event to its `HearObserver`s in the order they were given
   `chime` thread;
 - the end of a turn waits `listen.answer_wait_s` for the answer (0 after a
   timeout), then releases the announcer; an answer's final status releases it
-  at once (`on_announce_status`, the speaker thread);
+  at once (`on_announce_status`, the speaker thread), and so does the remote
+  side saying its run ended without one (`unanswered`, before or after the end);
 - an announcement that expects a reply opens a reply turn when it is over;
 - in `listen.mode: always`, a transcript while the device speaks, or within
   `ECHO_TAIL_S` after, is taken for its own voice and dropped.
@@ -114,6 +115,10 @@ class Conversation:
         self._chime = chime
         self._open_turn = open_turn
         self._release_timer: threading.Timer | None = None
+        self._waiting_for: str | None = None
+        """The conversation whose answer the pending release waits for."""
+        self._unanswered: str | None = None
+        """The last conversation the remote side ended without an answer."""
         self._lock = threading.Lock()
 
     def accept_wake(self, detection: Detection) -> bool:
@@ -167,6 +172,19 @@ class Conversation:
                 log.info("listening for a reply",
                          extra={"conversation_id": conversation_id, "id": doc.get("id")})
 
+    def unanswered(self, conversation_id: str) -> None:
+        """The remote side (Home Assistant) ended the turn's run without an answer (any thread): no
+        wait for one. Told before the hearing loop's end of the turn, that end releases at once;
+        told after, the pending release happens now."""
+        with self._lock:
+            self._unanswered = conversation_id
+            now = self._release_timer is not None and self._waiting_for == conversation_id
+            if now:
+                self._cancel_release()
+        if now:
+            log.info("no answer will come: announcements resume", extra={"conversation_id": conversation_id})
+            self._release()
+
     def close(self) -> None:
         """Cancel a pending release (shutdown)."""
         with self._lock:
@@ -205,16 +223,21 @@ class Conversation:
         wait = self._settings().listen.answer_wait_s if event.reason in ("heard", "ended") else 0.0
         with self._lock:
             self._cancel_release()
+            if self._unanswered == event.conversation_id:
+                wait = 0.0  # the remote side already said no answer comes
             self._release_timer = threading.Timer(wait, self._release)
             self._release_timer.daemon = True
+            self._waiting_for = event.conversation_id
             self._release_timer.start()
 
     def _cancel_release(self) -> None:
         if self._release_timer is not None:
             self._release_timer.cancel()
             self._release_timer = None
+            self._waiting_for = None
 
     def _release(self) -> None:
         with self._lock:
             self._release_timer = None
+            self._waiting_for = None
         self._speaker.release()

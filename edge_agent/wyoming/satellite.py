@@ -16,6 +16,12 @@ After a local wake word (the daemon's hearing loop, `listen.Hearing.stream_turns
     HA -> device   synthesize {text}, audio-start, audio-chunk..., audio-stop: the answer
     device -> HA   played, once the answer has been played
 
+Home Assistant sends nothing when a run ends, so the device knows that no answer will
+come only from an `error`, a pause or the controller going away: then `no_answer` tells
+the conversation turn, which resumes announcements at once instead of after
+`listen.answer_wait_s`. A run that ends without speech after its transcript (an empty
+response: Home Assistant skips text-to-speech) looks like one still thinking, and waits.
+
 No `audio-start` goes ahead of the microphone's chunks: Home Assistant's satellite
 loop takes only chunks (each names its format) and logs anything else as an
 unexpected event.
@@ -127,6 +133,7 @@ class SatelliteService:
 
     def __init__(self, settings: Settings, announcer: Announcer, end_turn: Callable[[str], None],
                  wake_words: Sequence[str] = (), *, on_transcript: Heard | None = None,
+                 no_answer: Callable[[str], None] | None = None,
                  on_change: Callable[[], None] | None = None) -> None:
         self.settings = settings
         self.announcer = announcer
@@ -134,6 +141,9 @@ class SatelliteService:
         """Ends the hearing loop's streamed turn (any thread)."""
         self.on_transcript = on_transcript
         """Told Home Assistant's transcript of a turn (the daemon publishes it like its own)."""
+        self.no_answer = no_answer
+        """Told the conversation id of a turn whose answer will not come (the conversation turn
+        releases the announcer)."""
         self.on_change = on_change
         """Told when a controller comes, goes, pauses or runs again (the daemon republishes its status)."""
         self.wake_words = list(wake_words)
@@ -226,8 +236,8 @@ class SatelliteService:
         """`pause-satellite`: wake words stay local; the session stays the one that announces."""
         if self.controller is not session:
             return
-        self.answer_for = None
         self._stop_streaming()
+        self._no_answer()
         log.info("Home Assistant paused this satellite")
         self._changed()
 
@@ -235,8 +245,8 @@ class SatelliteService:
         if self.controller is not session:
             return
         self.controller = None
-        self.answer_for = None
         self._stop_streaming()
+        self._no_answer()
         log.info("Home Assistant no longer runs this satellite")
         self._changed()
 
@@ -245,6 +255,15 @@ class SatelliteService:
         if turn is not None and turn.streaming:
             turn.streaming = False
             self.end_hearing_turn(turn.conversation_id)
+
+    def _no_answer(self) -> None:
+        """The turn awaiting an answer will get none: later audio is an announcement, and the
+        conversation turn stops waiting."""
+        conversation_id, self.answer_for = self.answer_for, None
+        if conversation_id is not None and self.no_answer is not None:
+            log.info("Home Assistant's run ended without an answer",
+                     extra={"conversation_id": conversation_id})
+            self.no_answer(conversation_id)
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -258,7 +277,7 @@ class SatelliteService:
         if session is not self.controller:
             return
         if text is None:
-            self.answer_for = None  # a failed pipeline sends no answer: later audio is an announcement
+            self._no_answer()  # a failed pipeline sends no answer: later audio is an announcement
         turn = self.turn
         if turn is None or not turn.streaming:
             return

@@ -28,12 +28,12 @@ from edge_agent.listen import build_hearing
 from edge_agent.models import ModelStore, load_catalog
 from tests.esphome_support import MediaServer, connected, run_daemon
 from tests.integration.satellite_support import ANSWER, RATE, WAKE_COMMAND, Microphone, clip_22k, spoken
-from tests.mqtt_support import Watcher
+from tests.mqtt_support import Producer, Watcher, wait_until
 from tests.speech_fixtures import silence
 
 
 @pytest.fixture
-def listening(tmp_path: Path, broker: Any, whisper_dir: Path) -> Iterator[dict[str, Any]]:
+def listening(tmp_path: Path, broker: Any, whisper_dir: Path, request: Any) -> Iterator[dict[str, Any]]:
     mic = Microphone()
 
     def listener(settings: Any, accept_wake: Any) -> Any:
@@ -42,8 +42,8 @@ def listening(tmp_path: Path, broker: Any, whisper_dir: Path) -> Iterator[dict[s
 
     watcher = Watcher(broker.url)
     try:
-        for daemon in run_daemon(tmp_path, broker, {"listen.mode": "wake", "asr.model": str(whisper_dir)},
-                                 listener_factory=listener):
+        overrides = {"listen.mode": "wake", "asr.model": str(whisper_dir), **getattr(request, "param", {})}
+        for daemon in run_daemon(tmp_path, broker, overrides, listener_factory=listener):
             yield {"daemon": daemon, "mic": mic, "watcher": watcher, "out": tmp_path / "out"}
     finally:
         mic.close()
@@ -174,3 +174,55 @@ def test_a_conversation_home_assistant_continues_streams_the_next_command_withou
     finally:
         media.close()
     assert first == "Okay Nabu" and second is None and streamed >= 2 * RATE
+
+
+ANSWER_WAIT_S = 120.0
+"""`listen.answer_wait_s` in the test of a run that ends without an answer: twice the longest wait
+for a status (`tests.waiting.TIMEOUT`), so an announcement spoken at all was not released by it."""
+
+
+@pytest.mark.parametrize("listening", [{"listen.answer_wait_s": ANSWER_WAIT_S}], indirect=True)
+def test_an_announcement_held_by_a_turn_that_ends_without_an_answer_plays_without_the_answer_wait(
+        listening, broker, clip_cache, piper_voice) -> None:
+    daemon, mic, watcher = listening["daemon"], listening["mic"], listening["watcher"]
+    command = load_16k(piper_clip(WAKE_COMMAND, clip_cache, piper_voice))
+    producer = Producer(broker.url)
+
+    def meanwhile() -> list[str]:
+        return watcher.statuses("kitchen", "meanwhile")
+
+    async def home_assistant() -> None:
+        started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        async def handle_start(conversation_id: str, flags: int, settings: Any, phrase: str | None) -> int:
+            started.set_result(conversation_id)
+            return 0
+
+        async def handle_stop(abort: bool) -> None:
+            return None
+
+        async for client in connected(daemon):
+            client.subscribe_voice_assistant(handle_start=handle_start, handle_stop=handle_stop)
+            await client.device_info()
+            mic.say(np.concatenate([silence(0.3), command]))
+            await asyncio.wait_for(started, 30)  # the turn streams: announcements wait for its answer
+            assert daemon.announcements.held
+            producer.publish("edge/kitchen/announce", {"id": "meanwhile", "text": "Meanwhile."})
+            await asyncio.to_thread(wait_until, lambda: meanwhile() == ["queued"], what="queued")
+            # A response with nothing to say: Home Assistant skips text-to-speech and ends the run.
+            for kind, data in ((Ev.VOICE_ASSISTANT_RUN_START, {}), (Ev.VOICE_ASSISTANT_STT_START, {}),
+                               (Ev.VOICE_ASSISTANT_STT_VAD_END, {}),
+                               (Ev.VOICE_ASSISTANT_STT_END, {"text": "turn on the kitchen lights"}),
+                               (Ev.VOICE_ASSISTANT_INTENT_END, {"conversation_id": "c1",
+                                                                 "continue_conversation": "0"}),
+                               (Ev.VOICE_ASSISTANT_RUN_END, {})):
+                client.send_voice_assistant_event(kind, data)
+            await asyncio.to_thread(watcher.wait, "edge/kitchen/announce/status",
+                                    lambda d: d["id"] == "meanwhile" and d["state"] == "done")
+
+    try:
+        asyncio.run(home_assistant())
+    finally:
+        producer.close()
+    assert meanwhile() == ["queued", "speaking", "done"]
+    assert not daemon.announcements.held

@@ -45,18 +45,19 @@ from tests.integration.satellite_support import (
     clip_22k,
     spoken,
 )
-from tests.mqtt_support import ToneSynth, Watcher, device_config, wait_until
+from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, wait_until
 from tests.speech_fixtures import silence
 
 
 @pytest.fixture
-def satellite(tmp_path: Path, broker: Any, whisper_dir: Path) -> Iterator[dict[str, Any]]:
+def satellite(tmp_path: Path, broker: Any, whisper_dir: Path, request: Any) -> Iterator[dict[str, Any]]:
     config = device_config(tmp_path / "device.yaml", tmp_path)
     source = SettingsSource(config, {
         "mqtt.broker": broker.url, "device.id": "dev1", "daemon.out_dir": str(tmp_path / "out"),
         "wyoming.enabled": True, "wyoming.uri": "tcp://127.0.0.1:0", "wyoming.zeroconf": False,
         "wyoming.services_uri": "tcp://127.0.0.1:0",
-        "listen.mode": "wake", "asr.model": str(whisper_dir), "announcements.max_audio_s": 8.0})
+        "listen.mode": "wake", "asr.model": str(whisper_dir), "announcements.max_audio_s": 8.0,
+        **getattr(request, "param", {})})
     mic = Microphone()
 
     def listener(settings: Any, accept_wake: Any) -> Any:
@@ -253,6 +254,44 @@ def test_home_assistant_giving_up_ends_the_turn_and_later_audio_is_an_announceme
     assert len(list(out.glob("ha-announce-*.wav"))) == 1
     ended = satellite["watcher"].wait("edge/dev1/wake")
     assert len(ended) == 1
+
+
+ANSWER_WAIT_S = 120.0
+"""`listen.answer_wait_s` in the tests of a run that ends without an answer: twice the longest wait
+for a status (`tests.waiting.TIMEOUT`), so an announcement spoken at all was not released by it."""
+
+
+@pytest.mark.parametrize("satellite", [{"listen.answer_wait_s": ANSWER_WAIT_S}], indirect=True)
+def test_an_announcement_held_by_a_turn_home_assistant_gives_up_on_plays_without_the_answer_wait(
+        satellite, broker, clip_cache, piper_voice) -> None:
+    daemon, port, mic = satellite["daemon"], satellite["port"], satellite["mic"]
+    watcher = satellite["watcher"]
+    command = load_16k(piper_clip(WAKE_COMMAND, clip_cache, piper_voice))
+    producer = Producer(broker.url)
+
+    def meanwhile() -> list[str]:
+        return watcher.statuses("dev1", "meanwhile")
+
+    async def home_assistant() -> None:
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(RunSatellite().event())
+            await client.write_event(Ping().event())
+            await next_event(client, "pong")
+            mic.say(np.concatenate([silence(0.3), command]))
+            await next_event(client, "audio-chunk")  # the turn streams: announcements wait for its answer
+            assert daemon.announcements.held
+            producer.publish("edge/dev1/announce", {"id": "meanwhile", "text": "Meanwhile."})
+            await asyncio.to_thread(wait_until, lambda: meanwhile() == ["queued"], what="queued")
+            await client.write_event(Error(text="no speech heard", code="stt-no-text-recognized").event())
+            await next_event(client, "audio-stop")
+
+    try:
+        asyncio.run(home_assistant())
+        watcher.wait("edge/dev1/announce/status", lambda d: d["id"] == "meanwhile" and d["state"] == "done")
+    finally:
+        producer.close()
+    assert meanwhile() == ["queued", "speaking", "done"]
+    assert not daemon.announcements.held
 
 
 def ha_platforms(info: Info) -> set[str]:

@@ -204,3 +204,36 @@ def test_streamed_audio_goes_to_the_observers_and_touches_no_hold(make):
     t.turns.on_event(block)
     assert t.told == [("first", "streamed", block), ("second", "streamed", block)]
     assert not t.announcer.held
+
+
+@pytest.mark.parametrize("told", ["after the end of the turn", "before the end of the turn"])
+def test_a_run_the_remote_side_ends_without_an_answer_releases_the_hold_without_the_answer_wait(
+        make, told):
+    t = make(settings=settings(listen={"answer_wait_s": 120.0}))
+    states: list[str] = []
+    t.announcer.observe(lambda doc: states.append(doc["state"]) if doc["id"] == "meanwhile" else None)
+    t.turns.on_event(WOKE)
+    t.announcer.start()
+    t.send({"id": "meanwhile", "text": "Meanwhile."})
+    if told == "before the end of the turn":  # Home Assistant's error while the command streams
+        t.turns.unanswered("c1")
+        assert t.announcer.held and states == ["queued"]  # the turn still listens: nothing over it
+    t.turns.on_event(TurnEnded("c1", "ended", 4.8))
+    if told == "after the end of the turn":
+        assert t.announcer.held  # an answer may still come
+        t.turns.unanswered("c2")  # another conversation's run: no answer of this one's
+        assert t.announcer.held and states == ["queued"]
+        t.turns.unanswered("c1")
+    wait_until(lambda: "done" in states, what="the announcement spoken once the run ended")
+    assert not t.announcer.held
+
+
+def test_a_run_ended_without_an_answer_does_not_release_the_next_turns_hold(make):
+    t = make(settings=settings(listen={"answer_wait_s": 120.0}))
+    t.turns.on_event(WOKE)
+    t.turns.on_event(TurnEnded("c1", "ended", 4.8))
+    t.turns.on_event(Woke(WOKE.detection, "c2"))  # the next command, before c1's run ended
+    t.turns.unanswered("c1")
+    assert t.announcer.held
+    t.turns.on_event(TurnEnded("c2", "ended", 9.0))
+    assert t.announcer.held  # c2's answer may still come
