@@ -106,8 +106,14 @@ def test_ending_at_a_confident_pause_is_sooner_with_the_same_words(whisper, wake
     (early_heard, early_end), (late_heard, late_end) = early[1:], late[1:]
     assert early_heard.early and not late_heard.early
     assert early_heard.transcript.text == late_heard.transcript.text
-    # In stream time: 150 ms after the speech against the VAD's 500 ms hangover.
-    assert early_end.time < late_end.time - 0.3
+    # Where each turn ended is a position in the stream, decided by the audio alone (never by
+    # how long Whisper took): the same speech, ended 150 ms after it against the VAD's 500 ms
+    # hangover, each to the frame (30 ms) that completes the pause.
+    assert early_heard.transcript.end == late_heard.transcript.end
+    frame_s = VadSettings().frame_ms / 1000
+    assert 0.15 <= round(early_end.time - early_heard.transcript.end, 3) < 0.15 + frame_s
+    hangover_s = VadSettings().hangover_ms / 1000
+    assert hangover_s <= round(late_end.time - late_heard.transcript.end, 3) < hangover_s + frame_s
 
 
 def test_the_decode_during_the_pause_is_the_command_and_whisper_runs_once(whisper, wake_engine, speech):
