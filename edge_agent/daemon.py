@@ -18,7 +18,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -268,7 +268,8 @@ class Daemon:
             return
         client_id = mqtt.client_id or f"edge-agent-{self.device}"
         self.bridge = Bridge(mqtt, client_id, will=self._status_message("offline"),
-                             on_message=self._on_message, on_connect=self._on_connect,
+                             on_message=self._on_message, on_messages=self._on_messages,
+                             on_connect=self._on_connect,
                              metrics=self.metrics,
                              subscriptions_file=self.base.fleet.state_dir / "subscriptions.json")
         self.bridge.set_subscriptions(self._subscriptions())
@@ -299,6 +300,31 @@ class Daemon:
             if handled is not None:
                 return handled
         return True  # a topic left over from an old subscription
+
+    def _on_messages(self, batch: Sequence[tuple[str, bytes, bool]]) -> list[bool]:
+        """`_on_message` for messages read in one go, in order: each run of announcements is
+        journaled with one fsync (`Announcer.submit_many`). Stops after the first refusal."""
+        results: list[bool] = []
+        run: list[tuple[bytes | Mapping[str, Any], str]] = []
+
+        def submit_run() -> bool:
+            if run:
+                results.extend(self.announcements.submit_many(run))
+                run.clear()
+            return all(results)
+
+        for topic, payload, retained in batch:
+            if self.topics.kind(topic) == "announce":
+                run.append((payload, topic))
+                continue
+            if not submit_run():
+                break
+            results.append(self._on_message(topic, payload, retained))
+            if not results[-1]:
+                break
+        else:
+            submit_run()
+        return results[:results.index(False) + 1] if False in results else results
 
     def _publish(self, message: Message) -> None:
         if self.bridge is not None:

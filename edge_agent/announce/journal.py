@@ -1,6 +1,7 @@
 """The announcement journal: accepted announcements and every id already seen, on disk.
 
-One append-only file of JSON lines, fsynced per record:
+One append-only file of JSON lines, fsynced per write (a write is one record, or the
+`accept` records of a batch read in one go: `accept_many`, one fsync for all of them):
 
     {"op": "accept", "a": {...announcement...}, "ts": ...}   accepted, waiting
     {"op": "start", "id": ..., "ts": ...}                     speaking began
@@ -11,7 +12,10 @@ One append-only file of JSON lines, fsynced per record:
     {"op": "seen", "id": ..., "state": ..., "ts": ...}        a finished id (after compaction)
 
 An announcement is accepted (and its trigger's message, e.g. MQTT, acknowledged) only once its
-`accept` record is wholly on disk, so a crash loses nothing that was acknowledged.
+`accept` record is wholly on disk, so a crash loses nothing that was acknowledged. A batch is
+written and fsynced whole before any of it is accepted; a crash part way through it leaves
+complete records of messages not yet acknowledged, which the broker delivers again and the
+journal then answers as duplicates (spoken once, from the journal).
 Ids are spoken at most once: speaking starts only once its `start` record is on
 disk, and one that was speaking when the process died is reported `failed` at
 the next start rather than spoken again. At start the file is compacted
@@ -44,6 +48,7 @@ from typing import Any
 from edge_agent.announce.message import FINAL_STATES, Announcement
 from edge_agent.announce.settings import AnnouncementSettings
 from edge_agent.atomic import AppendFile, atomic_write, remove_stale_temps
+from edge_agent.faults import crash_point
 from edge_agent.logs import Throttle
 
 log = logging.getLogger(__name__)
@@ -161,14 +166,32 @@ class Journal:
 
         Raises `JournalError` (nothing recorded) when the record cannot be written.
         """
+        return self.accept_many([ann])[0]
+
+    def accept_many(self, anns: list[Announcement]) -> list[bool]:
+        """Record each of `anns` durably with one write and one fsync (group commit); per
+        announcement, False if its id was seen before (or earlier in `anns`).
+
+        Raises `JournalError` (nothing recorded, none accepted) when the write fails.
+        """
         with self._lock:
-            if ann.id in self._entries:
-                return False
-            self._append({"op": "accept", "a": ann.to_json(), "ts": ann.received_at})
-            self._entries[ann.id] = Entry("queued", ann.received_at, ann)
+            fresh: dict[str, Announcement] = {}
+            for ann in anns:
+                if ann.id not in self._entries:
+                    fresh.setdefault(ann.id, ann)
+            if fresh:
+                self._append(*({"op": "accept", "a": a.to_json(), "ts": a.received_at}
+                               for a in fresh.values()))
+                crash_point("journal:accepted")  # on disk, none of them acknowledged yet
+            accepted = []
+            for ann in anns:
+                new = fresh.get(ann.id) is ann
+                if new:
+                    self._entries[ann.id] = Entry("queued", ann.received_at, ann)
+                accepted.append(new)
             if self._behind:
                 self._compact()
-            return True
+            return accepted
 
     def start(self, ann_id: str) -> None:
         """Speaking begins; raises `JournalError` (nothing changed) if that cannot be recorded."""
@@ -222,15 +245,17 @@ class Journal:
 
     # -- file ----------------------------------------------------------------------------
 
-    def _append(self, record: dict[str, Any]) -> None:
+    def _append(self, *records: dict[str, Any]) -> None:
+        """Write `records` with one write and one fsync, wholly or (raising) not at all."""
         if self._file is None:
             raise JournalError(5, "journal is not open")
         try:
-            self._file.append(json.dumps(record, separators=(",", ":")).encode() + b"\n")
+            self._file.append(b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n"
+                                       for r in records))
         except OSError as exc:
             self._failed(exc)
             raise JournalError(exc.errno or 5, f"cannot write the journal: {exc.strerror or exc}") from None
-        self._appended += 1
+        self._appended += len(records)
         self._recovered()
 
     def _failed(self, exc: OSError) -> None:

@@ -6,6 +6,8 @@ The API a trigger uses is small and knows nothing of MQTT:
   document (the Home Assistant and Hermes adapters). It returns only once
   an accepted announcement is in the journal, so a trigger that acknowledges its
   message after that loses nothing; False means "not stored, deliver it again".
+  `submit_many` does the same for several read in one go, with one journal write
+  and fsync for all of them (a flood is acknowledged at disk speed, not fsync rate).
 - `Announcer.submit_audio(samples, sample_rate, ann_id=...)` takes audio an in-process
   trigger already has (a Wyoming `announce`); the same contract. Its WAV is stored
   under `<journal directory>/audio/` before the journal record that names it and
@@ -31,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -202,22 +204,40 @@ class Announcer:
         answer (rejected, duplicate, expired). False: it could not be stored; deliver it again.
         `source` (a topic, a peer) is only logged.
         """
-        self.metrics.inc("announcements_received")
+        return self.submit_many([(request, source)])[0]
+
+    def submit_many(self, requests: Sequence[tuple[bytes | Mapping[str, Any], str]]) -> list[bool]:
+        """`submit` for each (request, source) of a batch read in one go: the accepted ones are
+        journaled with one write and one fsync (group commit), then each is queued and answered
+        as `submit` would; the results are `submit`'s, in order. A journal that cannot be written
+        stores none of the batch (all False)."""
         speaking = self._speaking
+        results = [True] * len(requests)
+        checked: list[tuple[int, Announcement, str]] = []
+        for index, (request, source) in enumerate(requests):
+            ann = self._check(request, speaking, source)
+            if ann is not None:
+                checked.append((index, ann, source))
+        stored = self._accept(checked, speaking.settings)
+        for (index, _, _), ok in zip(checked, stored, strict=True):
+            results[index] = ok
+        return results
+
+    def _check(self, request: bytes | Mapping[str, Any], speaking: Speaking,
+               source: str) -> Announcement | None:
+        """The announcement `request` asks for; None once it has been rejected (its status sent)."""
+        self.metrics.inc("announcements_received")
         try:
             if isinstance(request, bytes):
-                ann = parse_announcement(request, speaking.settings, speaking.voices)
-            else:
-                ann = check_announcement(request, speaking.settings, speaking.voices)
+                return parse_announcement(request, speaking.settings, speaking.voices)
+            return check_announcement(request, speaking.settings, speaking.voices)
         except Rejected as exc:
             self._rejected(exc, source)
-            return True
         except Exception as exc:  # the checks are pure: whatever they raise is the payload's doing
             if self._crash_log.ready():  # a traceback is worth having once, not once per message
                 log.exception("announcement checks failed on a payload", extra={"topic": source})
             self._reject(_id_of(request), f"payload could not be checked ({type(exc).__name__})", source)
-            return True
-        return self._accept(ann, speaking.settings, source)
+        return None
 
     def submit_audio(self, samples: Samples, sample_rate: int, *, ann_id: str, text: str = "(audio)",
                      priority: int | None = None, conversation_id: str | None = None,
@@ -237,7 +257,7 @@ class Announcer:
         except Rejected as exc:
             self._rejected(exc, source)
             return True
-        return self._accept(ann, settings, source, (audio, sample_rate))
+        return self._accept([(0, ann, source)], settings, (audio, sample_rate))[0]
 
     def _rejected(self, exc: Rejected, source: str) -> None:
         self._reject(exc.id, exc.reason, source)
@@ -254,47 +274,81 @@ class Announcer:
             log.debug("announcement rejected: %s", reason, extra={"id": ann_id, "topic": source})
         self._status(ann_id, "rejected", error=reason)
 
-    def _accept(self, ann: Announcement, settings: AnnouncementSettings, source: str,
-                audio: tuple[Samples, int] | None = None) -> bool:
+    def _accept(self, checked: list[tuple[int, Announcement, str]], settings: AnnouncementSettings,
+                audio: tuple[Samples, int] | None = None) -> list[bool]:
+        """Journal and queue checked announcements (with `audio`: the one announcement it is);
+        per announcement, whether its trigger may acknowledge it."""
+        results = [True] * len(checked)
+        fresh: list[int] = []
+        """Positions in `checked` to journal, in order."""
+        again: list[int] = []
+        """Positions whose id comes earlier in the batch: a duplicate once that one is stored."""
         with self._accept_lock:
-            seen = self.journal.get(ann.id)
-            if seen is not None:
-                # Redelivery or a producer retrying: never spoken twice; tell it where things stand.
-                self.metrics.inc("announcements_duplicate")
-                log.info("duplicate announcement ignored (%s)", seen.state, extra={"id": ann.id})
-                self._status(ann.id, seen.state, duplicate=True, **seen.extra)
-                return True
-            if len(self.queue) >= settings.queue_max:
-                self._reject(ann.id, f"queue full ({settings.queue_max} waiting)", source)
-                return True
-            if audio is not None:
+            batch_ids: set[str] = set()
+            for k, (_, ann, source) in enumerate(checked):
+                if ann.id in batch_ids:
+                    again.append(k)
+                elif self._duplicate(ann):
+                    pass
+                elif len(self.queue) + len(fresh) >= settings.queue_max:
+                    self._reject(ann.id, f"queue full ({settings.queue_max} waiting)", source)
+                else:
+                    fresh.append(k)
+                    batch_ids.add(ann.id)
+            if audio is not None and fresh:
+                (k,) = fresh
+                index, ann, source = checked[k]
                 try:
                     # On disk before the journal names it; `save` leaves nothing when it fails.
-                    ann = replace(ann, audio=str(self.audio_files.save(ann.id, *audio)))
+                    stored_at = self.audio_files.save(ann.id, *audio)
+                    checked[k] = (index, replace(ann, audio=str(stored_at)), source)
                 except OSError as exc:
                     self.metrics.inc("announcements_unjournaled")
                     log.warning("audio announcement not stored (%s); left for the trigger to retry",
                                 exc.strerror or exc, extra={"id": ann.id, "topic": source})
-                    return False
+                    return [False]
             try:
-                self.journal.accept(ann)
+                if fresh:
+                    self.journal.accept_many([checked[k][1] for k in fresh])
             except JournalError:
-                # Not acknowledged: the trigger delivers it again (the MQTT broker after a reconnect).
-                # Nothing is lost and nothing is rejected that could still be spoken; the journal
-                # logs the condition (rate-limited) and the device status carries it.
-                self._drop_audio(ann)
-                self.metrics.inc("announcements_unjournaled")
-                log.debug("announcement not journaled; left for redelivery", extra={"id": ann.id})
-                return False
+                # Not acknowledged: the trigger delivers them again (the MQTT broker after a
+                # reconnect). Nothing is lost and nothing is rejected that could still be spoken;
+                # the journal logs the condition (rate-limited) and the device status carries it.
+                for k in fresh:
+                    self._drop_audio(checked[k][1])
+                    results[k] = False
+                for k in again:
+                    results[k] = False
+                self.metrics.inc("announcements_unjournaled", len(fresh) + len(again))
+                log.debug("%d announcements not journaled; left for redelivery", len(fresh) + len(again))
+                return results
+        for k in fresh:
+            _, ann, source = checked[k]
+            self._queue(ann, source)
+        for k in again:
+            self._duplicate(checked[k][1])
+        return results
+
+    def _duplicate(self, ann: Announcement) -> bool:
+        """A redelivery or a producer retrying: never spoken twice; it is told where things stand."""
+        seen = self.journal.get(ann.id)
+        if seen is None:
+            return False
+        self.metrics.inc("announcements_duplicate")
+        log.info("duplicate announcement ignored (%s)", seen.state, extra={"id": ann.id})
+        self._status(ann.id, seen.state, duplicate=True, **seen.extra)
+        return True
+
+    def _queue(self, ann: Announcement, source: str) -> None:
+        """An announcement now in the journal: queued (or expired already)."""
         self.metrics.inc("announcements_accepted")
         if ann.expired():
             self._finish(ann, "expired")
-            return True
+            return
         self.queue.put(ann)
         self.metrics.set("announcements_queued", len(self.queue))
         log.info("announcement queued (priority %d)", ann.priority, extra={"id": ann.id, "topic": source})
         self._status(ann.id, "queued", priority=ann.priority)
-        return True
 
     # -- speaker thread ----------------------------------------------------------------
 

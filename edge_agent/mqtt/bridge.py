@@ -14,7 +14,10 @@ paho-mqtt is driven as an external event loop (`loop_read` / `loop_write` /
   publish, which wait in the same TCP stream behind its messages to us, are seen
   at once and a flood of announcements does not hold up their statuses;
 - an inbound QoS 1 message is acknowledged only after the handler has made it
-  durable (`manual_ack`); a handler that cannot persist it (a full disk) leaves
+  durable (`manual_ack`). With a batch handler (`on_messages`) the messages read ahead
+  are handed over together, up to `_BATCH_MAX`, so the handler can make them durable
+  with one write and one fsync (the announcement journal's group commit) and all of
+  them are acknowledged after it; a handler that cannot persist it (a full disk) leaves
   it unacknowledged and the connection is dropped, so the broker delivers it
   again, after the same growing, jittered delay as a failed connect: a handler
   that keeps refusing costs a reconnect every `reconnect_max_s`, not a tight loop.
@@ -66,6 +69,9 @@ log = logging.getLogger(__name__)
 
 InboundHandler = Callable[[str, bytes, bool], bool]
 """(topic, payload, retained) -> True once the message is safe to acknowledge."""
+BatchHandler = Callable[[Sequence[tuple[str, bytes, bool]]], Sequence[bool]]
+"""`InboundHandler` for several messages in order: one result per message it handled, stopping
+after the first False (the messages after it are left unhandled: they come again)."""
 
 _INFLIGHT = 20
 """QoS 1 messages handed to paho and not yet acknowledged by the broker."""
@@ -81,6 +87,9 @@ _READ_AHEAD_BYTES = 1 << 20
 
 _READS_PER_STEP = 64
 """Most `loop_read` calls in one turn of the loop (each reads as many packets as paho has in flight)."""
+
+_BATCH_MAX = 256
+"""Messages handed to a batch handler at most at once (one journal fsync for them all)."""
 
 _HANDLE_SLICE_S = 0.05
 """Messages read ahead are handled in slices this long, the socket served between them."""
@@ -159,7 +168,8 @@ class Bridge:
 
     def __init__(self, settings: MqttSettings, client_id: str, *, will: Message,
                  on_message: InboundHandler, on_connect: Callable[[bool], None] | None = None,
-                 metrics: Metrics | None = None, subscriptions_file: Path | None = None) -> None:
+                 metrics: Metrics | None = None, subscriptions_file: Path | None = None,
+                 on_messages: BatchHandler | None = None) -> None:
         self.settings = settings
         self.client_id = client_id
         self.endpoint = parse_uri(settings.broker, ("mqtt", "mqtts"))
@@ -167,6 +177,7 @@ class Bridge:
                              max_count=settings.outbound_queue)
         self.metrics = metrics or Metrics()
         self._on_message = on_message
+        self._on_messages = on_messages
         self._on_connect = on_connect
         self._subs_file = subscriptions_file
         self._connected = threading.Event()
@@ -341,6 +352,32 @@ class Bridge:
             ok = self._on_message(message.topic, message.payload, message.retain)
         except Exception:
             ok = self._handler_raised(message.topic, message.payload)
+        self._settle(message, ok)
+
+    def _handle_batch(self, batch: list[_Inbound]) -> None:
+        """Carry out messages read ahead with the batch handler; acknowledge each it says is
+        stored, in order, up to its first refusal. A handler that raises gets each message
+        again through `on_message`, where a poison message is counted and given up."""
+        assert self._on_messages is not None
+        try:
+            results = list(self._on_messages([(m.topic, m.payload, m.retain) for m in batch]))
+        except Exception:
+            log.warning("inbound batch handler failed on %d messages; handling them one by one", len(batch),
+                        exc_info=True)
+            for message in batch:
+                if self._drop:
+                    return  # refused: the rest comes again
+                self._handle(message)
+            return
+        for message, ok in zip(batch, results, strict=False):  # it may stop short
+            self._settle(message, ok)
+            if not ok:
+                return
+        if len(results) < len(batch):  # a handler that stopped without a refusal: the rest comes again
+            self._settle(batch[len(results)], False)
+
+    def _settle(self, message: _Inbound, ok: bool) -> None:
+        """Acknowledge a handled message, or refuse it: reconnect for its redelivery."""
         if ok:
             self._refusals = 0
             if self._failures:  # it went through after all
@@ -512,9 +549,14 @@ class Bridge:
         the send window refilled: a window's round trip costs one handler call, not a slice."""
         deadline = time.monotonic() + _HANDLE_SLICE_S
         while self._inbound and not self._drop and self._connected.is_set():
-            message = self._inbound.popleft()
-            self._inbound_bytes -= message.cost
-            self._handle(message)
+            if self._on_messages is not None:
+                batch = [self._inbound.popleft() for _ in range(min(_BATCH_MAX, len(self._inbound)))]
+                self._inbound_bytes -= sum(m.cost for m in batch)
+                self._handle_batch(batch)
+            else:
+                message = self._inbound.popleft()
+                self._inbound_bytes -= message.cost
+                self._handle(message)
             if self._client.socket() is None:
                 return
             self._send_pending()  # statuses the handler queued

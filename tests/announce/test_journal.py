@@ -295,3 +295,47 @@ def test_a_journal_written_before_audio_announcements_still_loads(tmp_path):
     _, found = open_journal(tmp_path)
     assert found.pending == [(Announcement("a", "Hi.", received_at=100.0), 0)]
     assert found.pending[0][0].audio is None
+
+
+# -- group commit ---------------------------------------------------------------------------------
+
+
+class CountedFsyncs:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, fd):
+        self.calls += 1
+        os.fsync(fd)
+
+
+def test_a_batch_is_accepted_with_one_write_and_one_fsync(tmp_path):
+    fsyncs = CountedFsyncs()
+    journal = Journal(tmp_path, AnnouncementSettings(), open_file=lambda p: AppendFile(p, fsync=fsyncs))
+    journal.open()
+    assert journal.accept(ann("seen"))
+    before = fsyncs.calls
+    batch = [ann("a"), ann("b"), ann("seen"), ann("a"), ann("c")]
+    assert journal.accept_many(batch) == [True, True, False, False, True]  # ids once, the first wins
+    assert fsyncs.calls == before + 1
+    assert journal.accept_many([ann("a")]) == [False] and fsyncs.calls == before + 1  # nothing to write
+    journal.close()
+    _, found = open_journal(tmp_path)
+    assert [a.id for a, _ in found.pending] == ["seen", "a", "b", "c"]
+
+
+def test_a_batch_the_disk_refuses_is_none_of_it_accepted(tmp_path):
+    disk = FlakyWrites()
+    journal, _ = flaky_journal(tmp_path, disk)
+    assert journal.accept(ann("a"))
+    size = (tmp_path / "journal.jsonl").stat().st_size
+    disk.fail_after = 300  # the first record of the batch (209 bytes) fits, the second is torn
+    with pytest.raises(JournalError):
+        journal.accept_many([ann("b"), ann("c"), ann("d")])
+    assert (tmp_path / "journal.jsonl").stat().st_size == size  # the whole batch is cut off
+    assert [journal.get(i) for i in "bcd"] == [None, None, None]  # nothing acknowledged may be
+    disk.fail_after = -1
+    assert journal.accept_many([ann("b"), ann("c"), ann("d")]) == [True, True, True]  # the redelivery
+    journal.close()
+    _, found = open_journal(tmp_path)
+    assert [a.id for a, _ in found.pending] == ["a", "b", "c", "d"]

@@ -613,3 +613,34 @@ def test_a_document_the_checks_choke_on_is_rejected_with_a_reason_not_raised(pip
     rejected = next(d for d in p.statuses if d["id"] == "poison-2")
     assert rejected["error"] == "payload could not be checked (ValueError)"
     assert p.send({"id": "after-2", "text": "Hi."}) and p.states("after-2") == ["queued"]
+
+
+def test_a_batch_is_checked_journaled_once_and_answered_like_each_submit(pipeline):
+    disk = FlakyWrites()
+    p = pipeline(disk=disk, queue_max=3)
+    assert p.send({"id": "old", "text": "Seen before."})
+    writes = disk.calls
+    batch = [{"id": "a", "text": "One."}, b"{not json", {"id": "old", "text": "Again."},
+             {"id": "a", "text": "One, twice in the batch."}, {"id": "b", "text": "Two."},
+             {"id": "c", "text": "The queue is full by now."}]
+    payloads = [json.dumps(d).encode() if isinstance(d, dict) else d for d in batch]
+    results = p.service.submit_many([(payload, "edge/dev/announce") for payload in payloads])
+    assert results == [True] * 6  # each may be acknowledged: stored or finally answered
+    assert disk.calls == writes + 1  # a and b: one write (and its one fsync)
+    with p.lock:
+        seen = [(d["id"], d["state"], d.get("duplicate", False)) for d in p.statuses]
+    assert seen[1:] == [(None, "rejected", False), ("old", "queued", True), ("c", "rejected", False),
+                        ("a", "queued", False), ("b", "queued", False), ("a", "queued", True)]
+
+
+def test_a_batch_the_journal_refuses_is_stored_and_acknowledged_none_of_it(pipeline, tmp_path):
+    disk = FlakyWrites()
+    p = pipeline(disk=disk, state=tmp_path / "full")
+    disk.full = True
+    batch = [(json.dumps({"id": i, "text": "Hello."}).encode(), "edge/dev/announce") for i in "dee"]
+    assert p.service.submit_many(batch) == [False, False, False]  # the broker delivers them again
+    assert [p.service.journal.get(i) for i in "de"] == [None, None] and p.statuses == []
+    disk.full = False
+    assert p.service.submit_many(batch) == [True, True, True]
+    assert [(d["id"], d.get("duplicate", False)) for d in p.statuses] == [("d", False), ("e", False),
+                                                                         ("e", True)]

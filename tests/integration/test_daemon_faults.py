@@ -8,10 +8,13 @@ to one utterance. The tests pin exactly that: each id spoken once, none lost.
 """
 
 import collections
+import json
+import signal
 import time
 
 import pytest
 
+from edge_agent.faults import CRASH_ENV
 from tests.mqtt_support import DaemonProcess, Producer, Watcher, wait_until
 
 pytestmark = pytest.mark.slow
@@ -239,3 +242,30 @@ def test_after_a_kill_mid_announcement_the_failed_status_goes_out_and_no_partial
     assert "interrupted by a restart" in failed[0]["error"]
     assert not list(daemon.out_dir.glob(".*.part")) and not (daemon.out_dir / "cut.wav").exists()
     assert daemon.started_speaking().count("cut") == 1  # never spoken twice
+
+
+def test_a_crash_between_a_journaled_batch_and_its_acknowledgements_loses_and_repeats_nothing(
+        daemon, watcher, broker):
+    """Group commit under SIGKILL: announcements that waited in the broker arrive read ahead and
+    are journaled with one write and fsync; the daemon dies right after it (`journal:accepted`),
+    before acknowledging any. The broker delivers every one again, the journal answers those it
+    has as duplicates, and each id is spoken exactly once."""
+    daemon.start().wait_running()
+    watcher.wait("edge/dev1/status", lambda d: d["state"] == "online")
+    daemon.kill()
+    producer = Producer(broker.url)
+    ids = [f"batch-{i:02d}" for i in range(20)]
+    for ann_id in ids:
+        producer.publish("edge/dev1/announce", ann(ann_id))
+    daemon.start(extra_env={CRASH_ENV: "journal:accepted"})
+    assert daemon.wait_exit() == -signal.SIGKILL
+    (journal,) = (daemon.workdir / "state").rglob("journal.jsonl")
+    batch = [json.loads(line)["a"]["id"] for line in journal.read_text().splitlines()
+             if json.loads(line)["op"] == "accept"]
+    assert batch and set(batch) <= set(ids)  # on disk in one write, none acknowledged
+    daemon.start()
+    wait_until(lambda: set(ids) <= set(daemon.spoken()), timeout=180, what="all 20 spoken")
+    counts = collections.Counter(daemon.spoken())
+    assert all(counts[i] == 1 for i in ids), counts
+    redelivered = watcher.find("edge/dev1/announce/status", lambda d: d.get("duplicate"))
+    assert {d["id"] for d in redelivered} == set(batch)  # every journaled one came again: unacknowledged

@@ -1,4 +1,5 @@
 import itertools
+import os
 import socket
 import subprocess
 import sys
@@ -325,3 +326,66 @@ def test_messages_read_ahead_of_a_refused_one_are_left_for_the_redelivery_in_ord
     finally:
         producer.close()
         bridge.stop()
+
+
+def test_a_flood_is_journaled_in_batches_and_each_acknowledged_only_after_its_fsync(broker, tmp_path):
+    """Group commit with the real journal: announcements that waited in the broker while the device
+    was away are read ahead and journaled a batch per write and fsync, and no acknowledgement
+    leaves before the fsync that made its record durable."""
+    from edge_agent.announce.journal import Journal
+    from edge_agent.announce.pipeline import Announcer, Speaking
+    from edge_agent.announce.playout import DirOpener
+    from edge_agent.atomic import AppendFile
+    from edge_agent.config import AnnouncementSettings
+    from tests.mqtt_support import ToneSynth
+
+    settings = AnnouncementSettings(state_dir=tmp_path / "state")
+    journal_file = settings.state_dir / "journal.jsonl"
+    disk = {"fsyncs": 0, "durable": 0, "acked": 0, "early": 0}
+    """fsyncs of the journal, its records on disk at the last one, acknowledgements sent, and
+    those sent while more had been acknowledged than were on disk."""
+
+    def fsync(fd):
+        os.fsync(fd)
+        disk["fsyncs"] += 1
+        disk["durable"] = journal_file.read_bytes().count(b"\n")  # one `accept` line per announcement
+
+    journal = Journal(settings.state_dir, settings, open_file=lambda p: AppendFile(p, fsync=fsync))
+    announcer = Announcer(Speaking(settings, ToneSynth(), DirOpener(tmp_path / "out"), frozenset()), journal)
+    announcer.recover()  # not started: what is accepted stays queued
+    make_bridge(broker.url, Inbox()).stop()  # the device's session and its subscription, then away
+    n = 300
+    producer = Producer(broker.url)
+    infos = [producer.publish("edge/dev/announce", {"id": f"a{i}", "text": "Hi."}, wait=False)
+             for i in range(n)]
+    for info in infos:
+        info.wait_for_publish(timeout=30)
+
+    batches: list[int] = []
+
+    def on_messages(batch):
+        batches.append(len(batch))
+        return announcer.submit_many([(payload, topic) for topic, payload, _ in batch])
+
+    s = MqttSettings(broker=broker.url, reconnect_min_s=0.05, reconnect_max_s=0.5)
+    bridge = Bridge(s, "dev", will=Message("edge/dev/status", b"{}", 1, True),
+                    on_message=lambda topic, payload, retained: announcer.submit(payload, topic),
+                    on_messages=on_messages)
+    ack = bridge._client.ack
+
+    def checked_ack(mid, qos):
+        disk["acked"] += 1
+        disk["early"] += disk["acked"] > disk["durable"]
+        return ack(mid, qos)
+
+    bridge._client.ack = checked_ack
+    bridge.set_subscriptions(["edge/dev/announce"])
+    bridge.start()
+    try:
+        wait_until(lambda: disk["acked"] >= n, what="every announcement acknowledged")
+    finally:
+        bridge.stop()
+        producer.close()
+    assert disk["early"] == 0
+    assert len(announcer.queue) == n and disk["acked"] == n
+    assert max(batches) > 1 and disk["fsyncs"] < n / 2, (disk, batches)  # fewer fsyncs than messages
