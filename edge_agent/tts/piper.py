@@ -246,10 +246,12 @@ class PiperVoice:
             yield from by_sentence(self, sentences)
             return
         pool = self._pool
-        calls = deque((index, ids, n == len(ids_list) - 1)
-                      for index, sentence in enumerate(sentences)
-                      for ids_list in [self.phoneme_ids(sentence) or [[]]]
-                      for n, ids in enumerate(ids_list))
+        # Phonemized as the look-ahead reaches each sentence, not all before the first front:
+        # espeak takes ~0.5 ms a sentence, which a long text would add to its first audio.
+        calls = ((index, ids, n == len(ids_list) - 1)
+                 for index, sentence in enumerate(sentences)
+                 for ids_list in [self.phoneme_ids(sentence) or [[]]]
+                 for n, ids in enumerate(ids_list))
         cancelled = threading.Event()
         queued: deque[tuple[int, bool, Future[list[Future[Samples]]] | None]] = deque()
         current: list[Future[Samples]] = []
@@ -258,8 +260,8 @@ class PiperVoice:
 
         def top_up() -> None:
             nonlocal lead, first_window
-            while calls and len(queued) < LOOKAHEAD:
-                index, ids, last = calls.popleft()
+            while len(queued) < LOOKAHEAD and (call := next(calls, None)) is not None:
+                index, ids, last = call
                 job: Future[list[Future[Samples]]] | None = None
                 if ids and lead:  # nothing else is running yet: this front takes every core
                     lead = False

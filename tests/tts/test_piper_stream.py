@@ -324,6 +324,20 @@ def test_the_first_window_is_cut_for_the_cores_idle_now(
     assert len([d for d in decoded if d[1] <= windowed.FIRST_FRAMES]) == pieces
 
 
+def test_a_stream_phonemizes_a_sentence_only_when_its_look_ahead_reaches_it(
+        streaming: PiperVoice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """espeak's ~0.5 ms a sentence is not paid for a whole text before its first audio."""
+    sentences = [f"Announcement number {n} is here." for n in range(10)]
+    phonemized: list[str] = []
+    real = streaming.phoneme_ids
+    monkeypatch.setattr(streaming, "phoneme_ids", lambda s: phonemized.append(s) or real(s))
+    stream = streaming.stream(sentences)
+    first = next(stream)
+    assert phonemized == sentences[:1 + piper.LOOKAHEAD]
+    pieces = [first, *stream]
+    assert phonemized == sentences and [i for i, _, last in pieces if last] == list(range(10))
+
+
 @given(st.integers(0, 200), st.integers(0, 100), st.integers(1, 8))
 def test_a_first_window_is_cut_into_pieces_that_cover_it_in_order(start: int, length: int,
                                                                    parts: int) -> None:
