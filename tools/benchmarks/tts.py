@@ -177,8 +177,8 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     settings = ctx.settings
     voice_id = settings.tts.voice
     voice = VoiceRegistry(ctx.store, settings.tts).get(voice_id)
-    peer = None if args.no_reference else _peer(ctx, args, voice_id)
     old = None if args.no_reference else _piper_1_2(ctx, voice_id)
+    peer = None if args.no_reference else _peer(ctx, args, voice_id)
     try:
         per_text = _measure(voice, peer, old, args)
     finally:
