@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -88,3 +90,18 @@ class PriorityPool:
             self._held.clear()
         for future in dropped:  # outside the lock: a cancelled gate's callbacks take it
             future.cancel()
+
+
+def idle_cores(loadavg: Path = Path("/proc/loadavg")) -> int | None:
+    """Cores that no other thread wants right now, the caller's own counted as idle; None where this
+    cannot be told (no `/proc/loadavg`).
+
+    The kernel's count of runnable threads (the fourth field's first number) is taken at this
+    instant, unlike the load averages, so it tells whether splitting a job across threads pays
+    now: on cores other work keeps busy, a second thread of ours only queues behind it.
+    """
+    try:
+        runnable = int(loadavg.read_text(encoding="ascii").split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0, (os.cpu_count() or 1) - runnable + 1)

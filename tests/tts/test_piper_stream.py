@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from edge_agent.config import TtsSettings
 from edge_agent.models import ModelStore, load_catalog
 from edge_agent.onnxsessions import cpu_fingerprint, load_weights, make_session
-from edge_agent.tts import vits, windowed
+from edge_agent.tts import piper, vits, windowed
 from edge_agent.tts.piper import PiperVoice
 from edge_agent.tts.voice import synthesize
 from tests.waiting import wait_until
@@ -252,24 +252,27 @@ def test_a_slow_next_front_does_not_hold_back_audio_that_is_ready(streaming: Pip
         streaming._session, streaming._front = real, real_pooled
 
 
-def test_nothing_else_of_a_stream_runs_until_its_first_window_is_decoded(streaming: PiperVoice) -> None:
-    """On shared cores a job of ours beside the first window only delays the first audio."""
+def test_nothing_else_of_a_stream_runs_until_its_first_window_is_decoded(
+        streaming: PiperVoice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On shared cores a job of ours beside the first window only delays the first audio; on idle
+    ones the window itself is cut into one piece per worker, decoded side by side."""
+    monkeypatch.setattr(piper, "idle_cores", lambda: 2)
     sentences = ["Dinner is ready.", "The front door is open.", "Please close it before you leave."]
     assert streaming._vocoder is not None and streaming._pool is not None
     vocoder, pool = streaming._vocoder, streaming._pool
     ids = streaming.phoneme_ids(sentences[0])[0]
     frames = streaming._session.run(None, streaming._inputs(ids))[0].shape[-1]
     rest = len(windowed.plan_windows(frames, first=True, workers=streaming._workers)) - 1
-    assert rest >= 1
+    pieces_of_first = windowed.split_window(0, windowed.FIRST_FRAMES, streaming._workers)
+    assert rest >= 1 and len(pieces_of_first) == streaming._workers == 2
     real_decode, real_pooled = vocoder.decode, streaming._decode_pooled
     started = threading.Event()
     release = threading.Event()
     log: list[str] = []
 
     def decode(z, start=0, end=None):  # type: ignore[no-untyped-def]
-        first = not log
         log.append(f"window {start}")
-        if first:
+        if start == 0:
             started.set()
             assert release.wait(30)
         try:
@@ -285,20 +288,65 @@ def test_nothing_else_of_a_stream_runs_until_its_first_window_is_decoded(streami
     streaming._decode_pooled = pooled  # type: ignore[method-assign]
     pieces: list[tuple[int, np.ndarray, bool]] = []
     consumer = threading.Thread(target=lambda: pieces.extend(streaming.stream(sentences)))
+    second = f"window {pieces_of_first[1][0]}"
     try:
         consumer.start()
         assert started.wait(30)
-        # The rest of the first sentence and the next two fronts are queued, held behind the window.
+        # The other piece of the first window runs beside it; the rest of the first sentence
+        # and the next two fronts are queued, held until both pieces are done.
+        wait_until(lambda: f"{second} done" in log, what="the first window's other piece")
         wait_until(lambda: len(pool._held) == rest + 2, what="the stream's other jobs to be held")
-        assert log == ["window 0"]
+        assert sorted(log) == sorted(["window 0", second, f"{second} done"])
     finally:
         release.set()
         consumer.join(60)
         vocoder.decode = real_decode  # type: ignore[method-assign]
         del streaming._decode_pooled
-    assert log.index("window 0 done") == 1
+    assert log.index("window 0 done") == 3
     assert [i for i, _, last in pieces if last] == [0, 1, 2]
     assert pieces[0][1].size == windowed.FIRST_FRAMES * 256
+
+
+@pytest.mark.parametrize(("idle", "pieces"), [(0, 1), (1, 1), (2, 2), (8, 2), (None, 2)])
+def test_the_first_window_is_cut_for_the_cores_idle_now(
+        streaming: PiperVoice, monkeypatch: pytest.MonkeyPatch, idle: int | None, pieces: int) -> None:
+    monkeypatch.setattr(piper, "idle_cores", lambda: idle)
+    decoded: list[tuple[int, int]] = []
+    assert streaming._vocoder is not None
+    real = streaming._vocoder.decode
+    monkeypatch.setattr(streaming._vocoder, "decode",
+                        lambda z, start=0, end=None: decoded.append((start, end)) or real(z, start, end))
+    stream = streaming.stream(streaming.sentences(LONG))
+    first = next(stream)[1]
+    stream.close()
+    assert first.size == windowed.FIRST_FRAMES * 256
+    assert sorted(decoded)[:pieces] == windowed.split_window(0, windowed.FIRST_FRAMES, pieces)
+    assert len([d for d in decoded if d[1] <= windowed.FIRST_FRAMES]) == pieces
+
+
+def test_a_stream_phonemizes_a_sentence_only_when_its_look_ahead_reaches_it(
+        streaming: PiperVoice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """espeak's ~0.5 ms a sentence is not paid for a whole text before its first audio."""
+    sentences = [f"Announcement number {n} is here." for n in range(10)]
+    phonemized: list[str] = []
+    real = streaming.phoneme_ids
+    monkeypatch.setattr(streaming, "phoneme_ids", lambda s: phonemized.append(s) or real(s))
+    stream = streaming.stream(sentences)
+    first = next(stream)
+    assert phonemized == sentences[:1 + piper.LOOKAHEAD]
+    pieces = [first, *stream]
+    assert phonemized == sentences and [i for i, _, last in pieces if last] == list(range(10))
+
+
+@given(st.integers(0, 200), st.integers(0, 100), st.integers(1, 8))
+def test_a_first_window_is_cut_into_pieces_that_cover_it_in_order(start: int, length: int,
+                                                                   parts: int) -> None:
+    pieces = windowed.split_window(start, start + length, parts)
+    assert pieces[0][0] == start and pieces[-1][1] == start + length
+    assert all(b == c for (_, b), (c, _) in itertools.pairwise(pieces))
+    assert len(pieces) <= parts
+    if len(pieces) > 1:
+        assert all(b - a >= windowed.FIRST_PIECE_FRAMES for a, b in pieces)
 
 
 def test_the_first_front_takes_every_core_without_spinning(streaming: PiperVoice) -> None:

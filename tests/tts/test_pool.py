@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
-from edge_agent.tts.pool import PriorityPool
+from edge_agent.tts.pool import PriorityPool, idle_cores
 from tests.waiting import wait_until
 
 
@@ -114,3 +116,20 @@ def test_a_process_that_exits_waits_for_running_jobs() -> None:
                             check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "finished"
+
+
+CPUS = os.cpu_count() or 1
+
+
+@pytest.mark.parametrize(("runnable", "idle"), [(1, CPUS), (2, CPUS - 1), (500, 0)])
+def test_idle_cores_counts_the_threads_runnable_now(tmp_path: Path, runnable: int, idle: int) -> None:
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text(f"7.50 6.00 4.00 {runnable}/310 4242\n", encoding="ascii")
+    assert idle_cores(loadavg) == idle  # the load averages (7.5) do not count: they lag by minutes
+
+
+def test_idle_cores_is_unknown_without_the_kernels_count(tmp_path: Path) -> None:
+    assert idle_cores(tmp_path / "missing") is None
+    (tmp_path / "odd").write_text("0.1 0.1\n", encoding="ascii")
+    assert idle_cores(tmp_path / "odd") is None
+    assert idle_cores() is None or idle_cores() >= 0  # this machine's own
