@@ -121,6 +121,20 @@ def test_probability_cutoff_override_applies_to_the_named_model():
     assert resolve("hey_jarvis", {"okay_nabu": 0.6}).probability_cutoff == 0.97
 
 
+def test_sliding_window_override_applies_to_the_named_model(spoken):
+    assert resolve("okay_nabu").sliding_window_size == 5  # the model's own, from its JSON
+    assert resolve("okay_nabu", windows={"okay_nabu": 8}).sliding_window_size == 8
+    assert resolve("alexa", windows={"okay_nabu": 8}).sliding_window_size == 5
+    # A longer window averages more of the phrase's probabilities: it wakes later, with a lower peak.
+    woke = {}
+    for window in (5, 8):
+        engine = WakeEngine.load(WakeSettings(sliding_window={"okay_nabu": window},
+                                              probability_cutoff={"okay_nabu": 0.75}))
+        [found] = engine.feed(padded(spoken["okay_nabu"]))
+        woke[window] = found.time
+    assert woke[8] > woke[5]
+
+
 def test_cutoff_and_models_are_checked_in_config():
     from edge_agent.config import load_settings
 
@@ -128,6 +142,8 @@ def test_cutoff_and_models_are_checked_in_config():
         load_settings(None, {"wake": {"probability_cutoff": {"okay_nabu": 1.5}}})
     with pytest.raises(ConfigError, match=r"wake.models"):
         load_settings(None, {"wake": {"models": []}})
+    with pytest.raises(ConfigError, match=r"wake.sliding_window.okay_nabu: 0 is not a whole number"):
+        load_settings(None, {"wake": {"sliding_window": {"okay_nabu": 0}}})
 
 
 # -- a user's own model ------------------------------------------------------------------
