@@ -56,3 +56,26 @@ def test_noise_is_mixed_at_the_asked_snr_of_the_active_speech_level(phrase_twice
     added = mixed - speech
     assert 20 * np.log10(speech_rms(speech) / np.sqrt(np.mean(added ** 2))) == pytest.approx(10.0, abs=0.1)
     assert np.corrcoef(added, noise)[0, 1] > 0.999
+
+
+def test_the_wake_phrase_in_babble_at_10_db_wakes_most_times(clip_cache: Path, piper_voice):
+    # Issue 23: babble at "10 dB" woke 0 of 12 times in bench hear: the speech level it was mixed
+    # against read 4-5 dB high, so the babble was at about 5 dB. At 10 dB below the active speech
+    # level, four of our own sentences at once, the default model wakes on 9 of these 12 (8 or 9
+    # over four noise draws).
+    from benchmarks.clips import COMMANDS
+    from benchmarks.wake import EVERYDAY, pad
+    from edge_agent.config import WakeSettings
+
+    def say(text: str) -> np.ndarray:
+        return load_16k(piper_clip(text, clip_cache, piper_voice))
+
+    pool = [say(t) for t in EVERYDAY[:12]]
+    engine = WakeEngine.load(WakeSettings())
+    rng = np.random.default_rng(11)
+    woke = 0
+    for command in COMMANDS:
+        engine.reset()
+        clean = say(f"Okay Nabu, {command[0].lower()}{command[1:]}")
+        woke += bool(engine.feed(pad(with_noise(clean, 10.0, "babble", pool, rng))))
+    assert woke >= 7
