@@ -15,7 +15,7 @@ import json
 import math
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +53,10 @@ def builtin_dir() -> Path:
     return Path(pymicro_wakeword.__file__).parent / "models"
 
 
-def resolve(entry: str, overrides: dict[str, float] | None = None) -> WakeModelSpec:
-    """The model `entry` names: a built-in name or the path of a model's `.json`."""
+def resolve(entry: str, overrides: dict[str, float] | None = None,
+            windows: dict[str, int] | None = None) -> WakeModelSpec:
+    """The model `entry` names: a built-in name or the path of a model's `.json`; `overrides` and
+    `windows` replace its cutoff and sliding window by model name."""
     if entry in WAKE_BUILTIN:
         spec = read_config(builtin_dir() / f"{entry}.json", builtin=True)
     else:
@@ -65,8 +67,10 @@ def resolve(entry: str, overrides: dict[str, float] | None = None) -> WakeModelS
         spec = read_config(path, builtin=False)
     cutoff = (overrides or {}).get(spec.name)
     if cutoff is not None:
-        spec = WakeModelSpec(spec.name, spec.wake_word, spec.config_path, spec.tflite_path, cutoff,
-                             spec.sliding_window_size, spec.builtin)
+        spec = replace(spec, probability_cutoff=cutoff)
+    window = (windows or {}).get(spec.name)
+    if window is not None:
+        spec = replace(spec, sliding_window_size=window)
     return spec
 
 
@@ -176,7 +180,8 @@ def probe(spec: WakeModelSpec) -> None:
 
 def check_all(settings: WakeSettings) -> list[WakeModelSpec]:
     """Resolve and check every configured model; the first bad one raises `ModelError`."""
-    specs = [resolve(entry, settings.probability_cutoff) for entry in settings.models]
+    specs = [resolve(entry, settings.probability_cutoff, settings.sliding_window)
+             for entry in settings.models]
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
         raise ModelError(f"wake.models: a model is named twice ({', '.join(names)})")

@@ -19,8 +19,12 @@ def test_bench_wake_reports_detection_false_accepts_and_cpu_for_both_engines():
     assert set(report["positives"][ours]["per_model"]) == {"okay_nabu", "hey_jarvis", "alexa", "hey_mycroft"}
     assert set(report["positives"][reference]["per_model"]) == {"hey_jarvis", "alexa", "hey_mycroft"}
     for side in (ours, reference):
-        assert set(report["positives"][side]["overall"]) == {"clean", "20dB", "10dB"}
+        assert set(report["positives"][side]["overall"]) == {"clean", "20dB", "10dB", "0dB"}
         assert report["negatives"][side]["cpu_percent"] > 0
         assert report["negatives"][side]["audio_h"] == pytest.approx(1 / 60, abs=0.001)  # one 60 s segment
     assert report["chime_latency"]["runs"] == 10
-    assert {"detection_10db", "false_accepts_per_hour", "cpu_percent"} <= set(report["goals"])
+    assert {"detection_clean", "detection_10db", "detection_0db", "false_accepts_per_hour",
+            "cpu_percent"} <= set(report["goals"])
+    points = report["operating_points"]["okay_nabu"]
+    assert {"shipped", "chosen", "curve"} <= set(points)
+    assert {p["window"] for p in points["curve"]} >= {1, 3, 5, 8}

@@ -13,6 +13,7 @@ from benchmarks.clips import load_16k, piper_clip
 from edge_agent.config import WAKE_BUILTIN, WakeSettings
 from edge_agent.errors import ConfigError, ModelError
 from edge_agent.wake import WakeEngine, resolve
+from edge_agent.wake.engine import Trigger
 from edge_agent.wake.models import builtin_dir
 from tests.speech_fixtures import noise, silence
 
@@ -82,10 +83,56 @@ def test_refractory_period_makes_a_repeated_phrase_wake_once(spoken):
     assert len(engine.feed(padded(phrase, silence(1.0), phrase))) == 2
 
 
+def test_a_phrase_held_over_the_cutoff_wakes_once_without_a_refractory_period(spoken):
+    # pymicro-wakeword answers 0.0 between inferences; read as a fall below the cutoff, that
+    # re-armed the model every 30 ms and this phrase woke 18 times.
+    engine = WakeEngine.load(WakeSettings(models=("okay_nabu",), refractory_s=0.0))
+    found = engine.feed(padded(spoken["okay_nabu"]))
+    assert len(found) == 1
+    assert engine.stats.suppressed == 0
+
+
+def test_the_trigger_fires_on_the_rise_of_its_windowed_mean_and_rearms_below_the_cutoff():
+    trigger = Trigger(cutoff=0.5, window=3)
+    pushed = [trigger.push(p) for p in (0.9, 0.9, 0.9, 0.9, 0.0, 0.0, 0.9, 0.9, 0.9)]
+    assert [round(mean, 2) for mean, _ in pushed] == [0.0, 0.0, 0.9, 0.9, 0.6, 0.3, 0.3, 0.6, 0.9]
+    assert [rising for _, rising in pushed] == [False, False, True, False, False, False, False, True, False]
+
+
+def test_the_listener_hears_every_inference_once(spoken):
+    heard: list[tuple[str, float, float]] = []
+    engine = WakeEngine(
+        [resolve("okay_nabu"), resolve("alexa")], listener=lambda *args: heard.append(args))
+    audio = padded(spoken["okay_nabu"])
+    found = engine.feed(audio)
+    per_model = {name: [(t, p) for n, t, p in heard if n == name] for name in ("okay_nabu", "alexa")}
+    steps = (len(audio) - 480) // 160 + 1  # a 30 ms feature window, moved 10 ms at a time
+    assert len(per_model["okay_nabu"]) == len(per_model["alexa"]) == steps // 3
+    times = [t for t, _ in per_model["okay_nabu"]]
+    assert np.allclose(np.diff(times), 0.03)
+    # The detection's probability is the mean of the last five inferences before it.
+    last = [p for t, p in per_model["okay_nabu"] if t <= found[0].time][-5:]
+    assert found[0].probability == pytest.approx(sum(last) / 5)
+
+
 def test_probability_cutoff_override_applies_to_the_named_model():
     assert resolve("okay_nabu").probability_cutoff == 0.85  # the model's own, from its JSON
     assert resolve("okay_nabu", {"okay_nabu": 0.6}).probability_cutoff == 0.6
     assert resolve("hey_jarvis", {"okay_nabu": 0.6}).probability_cutoff == 0.97
+
+
+def test_sliding_window_override_applies_to_the_named_model(spoken):
+    assert resolve("okay_nabu").sliding_window_size == 5  # the model's own, from its JSON
+    assert resolve("okay_nabu", windows={"okay_nabu": 8}).sliding_window_size == 8
+    assert resolve("alexa", windows={"okay_nabu": 8}).sliding_window_size == 5
+    # A longer window averages more of the phrase's probabilities: it wakes later, with a lower peak.
+    woke = {}
+    for window in (5, 8):
+        engine = WakeEngine.load(WakeSettings(sliding_window={"okay_nabu": window},
+                                              probability_cutoff={"okay_nabu": 0.75}))
+        [found] = engine.feed(padded(spoken["okay_nabu"]))
+        woke[window] = found.time
+    assert woke[8] > woke[5]
 
 
 def test_cutoff_and_models_are_checked_in_config():
@@ -95,6 +142,8 @@ def test_cutoff_and_models_are_checked_in_config():
         load_settings(None, {"wake": {"probability_cutoff": {"okay_nabu": 1.5}}})
     with pytest.raises(ConfigError, match=r"wake.models"):
         load_settings(None, {"wake": {"models": []}})
+    with pytest.raises(ConfigError, match=r"wake.sliding_window.okay_nabu: 0 is not a whole number"):
+        load_settings(None, {"wake": {"sliding_window": {"okay_nabu": 0}}})
 
 
 # -- a user's own model ------------------------------------------------------------------
