@@ -212,7 +212,8 @@ class Material:
             size += clip.size + RATE
             i += 1
         out: Samples = np.concatenate(parts)[:n]
-        return out * np.float32(PLAYED_RMS / speech_rms(out))
+        scaled: Samples = out * np.float32(PLAYED_RMS / speech_rms(out))
+        return scaled
 
 
 def scene(room: Room, clip: Samples, where: int, cond: Condition, material: Material,
