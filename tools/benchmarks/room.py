@@ -198,16 +198,20 @@ class Material:
 
     pool: list[Samples]
     announcements: list[Samples]
+    own_spellings: list[Samples]
+    """Announcements that say the wake phrase in other spellings: in the negatives only (a user's wake
+    word within 2 s after our own is dropped by the guard, by design)."""
     rng: np.random.Generator
 
-    def played(self, n: int) -> Samples:
+    def played(self, n: int, own: bool = False) -> Samples:
         """`n` samples of announcements one after another, a second apart, from a random one, at
         `PLAYED_RMS`: the echo path's gain sets the level at the microphone, as a volume knob does."""
         parts: list[Samples] = []
         size = 0
-        i = int(self.rng.integers(len(self.announcements)))
+        choices = self.announcements + self.own_spellings if own else self.announcements
+        i = int(self.rng.integers(len(choices)))
         while size < n:
-            clip = self.announcements[i % len(self.announcements)]
+            clip = choices[i % len(choices)]
             parts += [clip, np.zeros(RATE, dtype=np.float32)]
             size += clip.size + RATE
             i += 1
@@ -497,7 +501,7 @@ def negative_segments(rooms: Sequence[Room], material: Material, hours: float,
                                       / 3 / np.sqrt(np.mean(noise ** 2)))
         played = None
         if i % 2 == 0:
-            played = material.played(mic.size)
+            played = material.played(mic.size, own=True)
             echo = through(played, room.speaker)
             # Our voice 0 to +10 dB over a talker at 2 m (about -32 dBFS).
             level = SPEECH_RMS / 2 * 10 ** (float(rng.uniform(0, 10)) / 20)
@@ -539,6 +543,8 @@ def measure_negatives(bench: Bench, hours: float, reference_hours: float) -> dic
             if side.oww is not None:
                 fired[side.oww_name] += [at for _ in side.oww.feed(raw)]
         extra_s += time.thread_time() - t2
+        if int(audio_s) // 600 != int(at) // 600:
+            log.info("negatives: %.0f of %.0f minutes heard", audio_s / 60, hours * 60)
     total_s = time.thread_time() - started
     hear_s = total_s - extra_s - paths.mic.making_s
     front_s = paths.front_cpu_s
@@ -580,8 +586,8 @@ def run_room(ctx: Context, args: argparse.Namespace) -> int:
     log.info("synthesizing clips (cached in %s)", voices.dir)
     pool_voices = voices.names(kokoro=False)[:3 if quick else None]
     pool = [voices.say(v, t) for v in pool_voices for t in EVERYDAY[:6 if quick else None]]
-    announcements = [voices.say("piper:joe", t) for t in (*ANNOUNCEMENTS, *OWN_SPELLINGS, PARAGRAPH)]
-    material = Material(pool, announcements, rng)
+    material = Material(pool, [voices.say("piper:joe", t) for t in (*ANNOUNCEMENTS, PARAGRAPH)],
+                        [voices.say("piper:joe", t) for t in OWN_SPELLINGS], rng)
     whisper = None
     try:
         whisper = WhisperOnnx.from_settings(settings.asr, settings.models)
@@ -643,8 +649,9 @@ def goals(result: dict[str, Any]) -> dict[str, Any]:
         for cond in ("clean", *(f"{n} 10 dB" for n in NOISES), "echo +0 dB"):
             room_wer = on(cond, "wer")
             if room_wer is not None:
-                # A dry WER of 0 would make any error a miss: allow one word in 100 over it.
-                check(f"wer_ratio {cond}", room_wer, room_wer <= GOALS["wer_ratio"] * max(dry, 0.01))
+                # A dry WER of 0 would make any error a miss: one word in 100 is the least it counts as.
+                ratio = round(room_wer / max(dry, 0.01), 2)
+                check(f"wer_ratio {cond}", ratio, ratio <= GOALS["wer_ratio"])
     for name, row in result["echo"].items():
         if isinstance(row, dict) and name.startswith("ours: speex"):
             erle = row["erle_db_after_4s_median"]
