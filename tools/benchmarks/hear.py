@@ -16,6 +16,8 @@ above it, heard with the canceller off and on; the own-voice check plays announc
 that say the wake phrase in other spellings and counts the turns they would open.
 
 CPU is thread time per second of audio on this machine.
+
+`--room` measures the whole hearing path in a simulated living room instead (`benchmarks.room`).
 """
 
 from __future__ import annotations
