@@ -221,9 +221,9 @@ class Material:
 
 
 def scene(room: Room, clip: Samples, where: int, cond: Condition, material: Material,
-          ) -> tuple[Samples, Samples | None, Samples]:
-    """The microphone's audio of `clip` said by talker `where` in `cond`, what the loudspeaker played
-    (None: nothing), and the dry clip as placed in the scene."""
+          ) -> tuple[Samples, Samples | None]:
+    """The microphone's audio of `clip` said by talker `where` in `cond`, and what the loudspeaker
+    played (None: nothing)."""
     lead = round((LEAD_S + (ECHO_LEARN_S if cond.echo_db is not None else 0.0)) * RATE)
     n = lead + clip.size + round(TAIL_S * RATE)
     n += -n % BLOCK
@@ -242,7 +242,7 @@ def scene(room: Room, clip: Samples, where: int, cond: Condition, material: Mate
         played = material.played(n)
         echo = through(played, room.speaker)
         mic += echo * np.float32(level * 10 ** (cond.echo_db / 20) / speech_rms(echo))
-    return mic.astype(np.float32), played, dry
+    return mic.astype(np.float32), played
 
 
 # -- hearing ---------------------------------------------------------------------------------
@@ -441,7 +441,7 @@ def measure_device(bench: Bench, per_voice: int) -> dict[str, Any]:
         pairs = []
         for i, (_, clip) in enumerate(clips):
             room = rooms[i % len(rooms)]
-            mic, played, _ = scene(room, clip, i // len(rooms), cond, material)
+            mic, played = scene(room, clip, i // len(rooms), cond, material)
             pairs.append(device_scene(device, mic, played))
         row[OFF] = summary(clips, [p[0] for p in pairs])
         row[ON] = summary(clips, [p[1] for p in pairs])
@@ -475,7 +475,7 @@ def measure_side_by_side(bench: Bench, names: Sequence[str]) -> dict[str, Any]:
     for cond in conditions():
         hits: dict[str, int] = {}
         for i, (model, clip) in enumerate(clips):
-            mic, played, _ = scene(rooms[i % len(rooms)], clip, i // len(rooms), cond, material)
+            mic, played = scene(rooms[i % len(rooms)], clip, i // len(rooms), cond, material)
             for name, hit in side_scene(side, model, mic, played, bench.device.settings).items():
                 hits[name] = hits.get(name, 0) + hit
         out[cond.name] = {name: round(h / len(clips), 3) for name, h in hits.items()}
