@@ -16,6 +16,8 @@ above it, heard with the canceller off and on; the own-voice check plays announc
 that say the wake phrase in other spellings and counts the turns they would open.
 
 CPU is thread time per second of audio on this machine.
+
+`--room` measures the whole hearing path in a simulated living room instead (`benchmarks.room`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a Whisper export: also WER of the clips in noise, off vs the chosen suppressor")
     parser.add_argument("--no-room", action="store_true", help="a synthetic impulse, not pyroomacoustics")
     parser.add_argument("--seed", type=int, default=11)
+    from benchmarks.room import add_room_arguments
+
+    add_room_arguments(parser)
 
 
 # -- processors under test ---------------------------------------------------------------
@@ -361,19 +366,42 @@ class Clock:
 
 
 class LiveMic:
-    """A live microphone fed from an array; the clock moves as each block is 'recorded'."""
+    """A live microphone fed from an array, or from `(microphone, played)` segments made as they
+    are needed; the clock moves as each block is 'recorded'. With a `reference`, what the
+    loudspeaker plays during a block (`played`, None or zeros: nothing) is written to it as the
+    block starts, as a sink writes ahead of its card; the echo of it is already in the microphone's
+    audio."""
 
     live = True
     sample_rate = RATE
 
-    def __init__(self, audio: Samples, clock: Clock, block: int = 1280) -> None:
-        self.audio, self.clock, self.block = audio, clock, block
+    def __init__(self, audio: Samples | Iterable[tuple[Samples, Samples | None]], clock: Clock,
+                 block: int = 1280, reference: PlaybackReference | None = None) -> None:
+        self.segments = [(audio, None)] if isinstance(audio, np.ndarray) else audio
+        self.clock, self.block, self.reference = clock, block, reference
+        self.last: Samples = np.zeros(0, dtype=np.float32)
+        """The block yielded last (what the microphone heard before any front end)."""
+        self.making_s = 0.0
+        """Thread CPU spent making segments (not hearing them)."""
 
     def blocks(self) -> Iterator[Samples]:
-        for i in range(0, self.audio.size, self.block):
-            piece = self.audio[i:i + self.block]
-            self.clock.now += piece.size / RATE
-            yield piece
+        segments = iter(self.segments)
+        while True:
+            started = time.thread_time()
+            segment = next(segments, None)
+            self.making_s += time.thread_time() - started
+            if segment is None:
+                return
+            audio, played = segment
+            for i in range(0, audio.size, self.block):
+                piece = audio[i:i + self.block]
+                if played is not None and self.reference is not None:
+                    out = played[i:i + self.block]
+                    if np.any(out):
+                        self.reference.write(out, at=self.clock.now)
+                self.last = piece
+                self.clock.now += piece.size / RATE
+                yield piece
 
     def close(self) -> None:
         pass
@@ -460,6 +488,10 @@ def idle_cost(seconds: float = 10.0) -> dict[str, float]:
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
+    if args.room:
+        from benchmarks.room import run_room
+
+        return run_room(ctx, args)
     rng = np.random.default_rng(args.seed)
     directory = clips_dir(ctx.settings.models.cache_dir) / "hear"
     registry = VoiceRegistry(ctx.store, clip_settings(ctx.settings.tts))
