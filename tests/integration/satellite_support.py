@@ -17,12 +17,16 @@ from edge_agent.audio.sources import PcmStreamSource
 from edge_agent.audio.wav import read_wav, to_pcm16
 from edge_agent.config import AsrSettings
 from tests.speech_fixtures import silence
+from tests.waiting import TIMEOUT
 
 WAKE_COMMAND = "Okay Nabu, turn on the kitchen lights."
 ANSWER = "The kitchen lights are on."
 NOTICE = "Dinner is ready."
 RATE = 16000
 BLOCK_S = 0.03
+ANSWER_WAIT_S = 2 * TIMEOUT
+"""`listen.answer_wait_s` in the tests of a run that ends without an answer: twice the longest wait
+for a status, so an announcement spoken at all was not released by it."""
 
 
 class Microphone:

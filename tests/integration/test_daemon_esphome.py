@@ -27,7 +27,15 @@ from edge_agent.config import AsrSettings
 from edge_agent.listen import build_hearing
 from edge_agent.models import ModelStore, load_catalog
 from tests.esphome_support import MediaServer, connected, run_daemon
-from tests.integration.satellite_support import ANSWER, RATE, WAKE_COMMAND, Microphone, clip_22k, spoken
+from tests.integration.satellite_support import (
+    ANSWER,
+    ANSWER_WAIT_S,
+    RATE,
+    WAKE_COMMAND,
+    Microphone,
+    clip_22k,
+    spoken,
+)
 from tests.mqtt_support import Producer, Watcher, wait_until
 from tests.speech_fixtures import silence
 
@@ -174,11 +182,6 @@ def test_a_conversation_home_assistant_continues_streams_the_next_command_withou
     finally:
         media.close()
     assert first == "Okay Nabu" and second is None and streamed >= 2 * RATE
-
-
-ANSWER_WAIT_S = 120.0
-"""`listen.answer_wait_s` in the test of a run that ends without an answer: twice the longest wait
-for a status (`tests.waiting.TIMEOUT`), so an announcement spoken at all was not released by it."""
 
 
 @pytest.mark.parametrize("listening", [{"listen.answer_wait_s": ANSWER_WAIT_S}], indirect=True)

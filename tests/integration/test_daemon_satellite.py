@@ -38,6 +38,7 @@ from edge_agent.listen import build_hearing
 from edge_agent.models import ModelStore, load_catalog
 from tests.integration.satellite_support import (
     ANSWER,
+    ANSWER_WAIT_S,
     NOTICE,
     RATE,
     WAKE_COMMAND,
@@ -254,11 +255,6 @@ def test_home_assistant_giving_up_ends_the_turn_and_later_audio_is_an_announceme
     assert len(list(out.glob("ha-announce-*.wav"))) == 1
     ended = satellite["watcher"].wait("edge/dev1/wake")
     assert len(ended) == 1
-
-
-ANSWER_WAIT_S = 120.0
-"""`listen.answer_wait_s` in the tests of a run that ends without an answer: twice the longest wait
-for a status (`tests.waiting.TIMEOUT`), so an announcement spoken at all was not released by it."""
 
 
 @pytest.mark.parametrize("satellite", [{"listen.answer_wait_s": ANSWER_WAIT_S}], indirect=True)
