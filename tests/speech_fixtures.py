@@ -6,7 +6,6 @@ once (espeak-ng and our Piper voice) and kept in the shared test cache.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -17,11 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks.clips import COMMANDS, Clip, clips_dir, make_clips
+from benchmarks.clips import COMMANDS, SWEEP_TEXTS, Clip, clips_dir, make_clips
 
 RATE = 16000
 WHISPER_SOURCE = "whisper-tiny.en"
-TWO_SENTENCES = "Dinner is ready. Please come to the table."
+TWO_SENTENCES = SWEEP_TEXTS[12]
 """The truncation clip of issue 23: a turn used to end after "ready." and lose the second sentence."""
 
 
@@ -49,32 +48,23 @@ _speed_voices: dict[float, Any] = {}
 
 def piper_speed_clip(text: str, directory: Path, model_cache: Path, speed: float) -> Path:
     """`text` by Piper's joe, noiseless, at length scale `speed` (1 is the voice's own), cached in
-    `directory` (`bench.clips` keys its clips by text alone, at the voice's own speed)."""
-    digest = hashlib.sha256(f"joe\0{speed}\0{text}".encode()).hexdigest()[:12]
-    path = directory / f"sweep-piper{speed}-{digest}.wav"
+    `directory` (`benchmarks.clips.piper_speed_clip`; the voice is loaded once per speed)."""
+    from benchmarks import clips
+
+    path = clips.speed_clip_path(directory, text, speed)
     if path.is_file():
         return path
     from dataclasses import replace
 
-    from benchmarks.clips import clip_settings
-    from edge_agent.audio.sinks import WavSink
     from edge_agent.config import TtsSettings
     from edge_agent.models import ModelStore, load_catalog
     from edge_agent.tts.registry import VoiceRegistry
-    from edge_agent.tts.voice import synthesize
 
     registry = _speed_voices.get(speed)
     if registry is None:
-        settings = replace(clip_settings(TtsSettings()), length_scale=speed)
+        settings = replace(clips.clip_settings(TtsSettings()), length_scale=speed)
         registry = _speed_voices[speed] = VoiceRegistry(ModelStore(model_cache, load_catalog()), settings)
-    voice = registry.get("en_US-joe-medium")
-    directory.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(f".{path.name}.part")
-    sink = WavSink(part, voice.sample_rate)
-    sink.write(np.concatenate([c.samples for c in synthesize(voice, text)]))
-    sink.close()
-    part.replace(path)
-    return path
+    return clips.piper_speed_clip(text, directory, registry.get("en_US-joe-medium"), speed)
 
 
 def close_speed_voices() -> None:
@@ -143,7 +133,7 @@ def whisper_dir(shared_cache: Path) -> Path:
     if env:
         return Path(env)
     pytest.importorskip("torch", reason="exporting Whisper needs the export extra")
-    from benchmarks.clips import clip_set
+    from benchmarks.clips import clip_set, sweep_set
     from edge_agent.models import ModelStore, load_catalog
     from exporters.progress import Progress
     from exporters.whisper.pipeline import ExportOptions, export_whisper, resolve_source, up_to_date
@@ -154,7 +144,7 @@ def whisper_dir(shared_cache: Path) -> Path:
     out = shared_cache / "exported-tests" / f"tiny.en-{source.sha256[:16]}"
     options = ExportOptions(variants=("fp32", "int8", "fp16", "int4"))
     if not up_to_date(out, source, options):
-        export_whisper(source, out, clip_set(store), options, progress)
+        export_whisper(source, out, clip_set(store), options, progress, choice=sweep_set(store))
     return out
 
 

@@ -17,7 +17,8 @@ Decoding follows openai-whisper without timestamps: the prompt is the
 start-of-transcript sequence plus `<|notimestamps|>`, blank output and
 end-of-text are suppressed on the first step, the manifest's `suppress_tokens`
 on every step, and the arg-max token is taken until end-of-text (greedy, the
-default), or `beam_size` hypotheses are kept (`edge_agent.asr.beam`, its rules).
+default), or `beam_size` hypotheses are kept (`edge_agent.asr.beam`, its rules), all of
+them decoded in one batched decoder call per step.
 """
 
 from __future__ import annotations
@@ -155,6 +156,8 @@ class WhisperOnnx:
         self._decoder = decoder
         self._suppress = self._suppressed_ids()
         self._blank = self._blank_ids()
+        self._batched = _has_batch_axis(decoder)
+        """The decoder takes many sequences per call (exports before the batch axis take one)."""
 
     @staticmethod
     def load(directory: Path, variant: str | None = None, threads: int = 2,
@@ -243,45 +246,68 @@ class WhisperOnnx:
         cross_k, cross_v = self._encoder.run(["cross_k", "cross_v"], {"mel": mel[None, :, :]})
         return cross_k, cross_v
 
-    def _step(self, step: int, tokens: npt.NDArray[np.int64], cache: tuple[Features, Features],
-              cross: tuple[Features, Features]) -> tuple[Features, float, tuple[Features, Features]]:
-        """One decoder call: the last position's logits with the suppressed tokens (and, at the
-        first step, blank) masked, the no-speech probability (meaningful at the first step only),
-        and the grown self-attention cache."""
+    def _run_decoder(self, tokens: npt.NDArray[np.int64], cache: tuple[Features, Features],
+                     cross: tuple[Features, Features]) -> tuple[Features, Features, Features]:
+        """The decoder over a batch of sequences: logits [batch, n, vocab] and the grown cache.
+
+        An export whose decoder has a batch axis takes them in one call; an older one (batch
+        fixed at 1) gets one call per sequence, with the same results.
+        """
+        if self._batched or tokens.shape[0] == 1:
+            return self._decoder_call(tokens, cache, cross)
+        parts = [self._decoder_call(tokens[i:i + 1], (cache[0][:, i:i + 1], cache[1][:, i:i + 1]), cross)
+                 for i in range(tokens.shape[0])]
+        return (np.concatenate([p[0] for p in parts], axis=0), np.concatenate([p[1] for p in parts], axis=1),
+                np.concatenate([p[2] for p in parts], axis=1))
+
+    def _decoder_call(self, tokens: npt.NDArray[np.int64], cache: tuple[Features, Features],
+                      cross: tuple[Features, Features]) -> tuple[Features, Features, Features]:
         (self_k, self_v), (cross_k, cross_v) = cache, cross
         logits, self_k, self_v = self._decoder.run(
             ["logits", "self_k_out", "self_v_out"],
             {"tokens": tokens, "self_k_in": self_k, "self_v_in": self_v,
              "cross_k": cross_k, "cross_v": cross_v, "offset": np.array(self_k.shape[2], dtype=np.int64)},
         )
+        return logits, self_k, self_v
+
+    def _step(self, step: int, tokens: npt.NDArray[np.int64], cache: tuple[Features, Features],
+              cross: tuple[Features, Features]) -> tuple[Features, float, tuple[Features, Features]]:
+        """One decoder call for a batch of sequences (`tokens` [batch, n]): each one's last-position
+        logits [batch, vocab] with the suppressed tokens (and, at the first step, blank) masked,
+        the no-speech probability (the first sequence's, meaningful at the first step only), and
+        the grown self-attention cache."""
+        logits, self_k, self_v = self._run_decoder(tokens, cache, cross)
         no_speech = 0.0
         if step == 0 and self.tokens.no_speech is not None:
             no_speech = float(_softmax(logits[0, 0].astype(np.float64))[self.tokens.no_speech])
         # float32 throughout: a float64 copy of the 51k logits cost more than the rest of the step's numpy
-        last: Features = logits[0, -1].copy()
-        last[self._suppress] = -np.inf
+        last: Features = logits[:, -1].copy()
+        last[:, self._suppress] = -np.inf
         if step == 0:
-            last[self._blank] = -np.inf
+            last[:, self._blank] = -np.inf
         return last, no_speech, (self_k, self_v)
+
+    def _empty_cache(self) -> tuple[Features, Features]:
+        d = self.dims
+        empty = np.zeros((d.n_text_layer, 1, 0, d.n_text_state), dtype=np.float32)
+        return empty, empty
 
     def decode(self, cross_k: Features, cross_v: Features, prompt: list[int],
                max_tokens: int) -> tuple[list[int], float, float]:
         """Greedy decoding: (sampled tokens, no-speech probability, sum of log-probabilities)."""
-        d = self.dims
         eot = self.tokens.eot
-        shape = (d.n_text_layer, 1, 0, d.n_text_state)
-        cache = (np.zeros(shape, dtype=np.float32), np.zeros(shape, dtype=np.float32))
+        cache = self._empty_cache()
         step_input = np.array([prompt], dtype=np.int64)
         sampled: list[int] = []
         no_speech = 0.0
         sum_logprob = 0.0
-        limit = min(max_tokens, d.n_text_ctx - len(prompt))
+        limit = min(max_tokens, self.dims.n_text_ctx - len(prompt))
         for step in range(limit):
             last, step_no_speech, cache = self._step(step, step_input, cache, (cross_k, cross_v))
             if step == 0:
                 no_speech = step_no_speech
-            token = int(np.argmax(last))
-            sum_logprob += float(_log_softmax_at(last, token))
+            token = int(np.argmax(last[0]))
+            sum_logprob += float(_log_softmax_at(last[0], token))
             if token == eot:
                 break
             sampled.append(token)
@@ -292,26 +318,22 @@ class WhisperOnnx:
                     beam_size: int) -> tuple[list[int], float, float]:
         """Beam search: (best tokens, no-speech probability, their sum of log-probabilities).
 
-        The exported decoder takes one sequence at a time, so each step runs once per
-        live hypothesis: the decoder's time grows with `beam_size`.
+        Each step feeds every live hypothesis to the decoder as one batch (their caches
+        gathered row by row), so the decoder reads its weights once per step, not once per
+        hypothesis; a hypothesis's state is its row of that step's output cache.
         """
-        d = self.dims
-        shape = (d.n_text_layer, 1, 0, d.n_text_state)
-        empty = np.zeros(shape, dtype=np.float32)
-        beam = Beam(beam_size, self.tokens.eot, (empty, empty))
+        beam = Beam(beam_size, self.tokens.eot, _Row(*self._empty_cache(), 0))
         no_speech = 0.0
-        limit = min(max_tokens, d.n_text_ctx - len(prompt))
+        limit = min(max_tokens, self.dims.n_text_ctx - len(prompt))
         for step in range(limit):
-            rows, states = [], []
-            for hyp in beam.live:
-                fed = prompt if step == 0 else [hyp.tokens[-1]]
-                last, step_no_speech, cache = self._step(step, np.array([fed], dtype=np.int64), hyp.state,
-                                                         (cross_k, cross_v))
-                if step == 0:
-                    no_speech = step_no_speech
-                rows.append(_log_softmax(last))
-                states.append(cache)
-            beam.advance(rows, states)
+            live = beam.live
+            fed = [prompt] if step == 0 else [[hyp.tokens[-1]] for hyp in live]
+            cache = _gather([hyp.state for hyp in live])
+            last, step_no_speech, (k, v) = self._step(step, np.array(fed, dtype=np.int64), cache,
+                                                      (cross_k, cross_v))
+            if step == 0:
+                no_speech = step_no_speech
+            beam.advance(list(_log_softmax(last)), [_Row(k, v, i) for i in range(len(live))])
             if beam.done:
                 break
         tokens, sum_logprob = beam.best()
@@ -387,6 +409,29 @@ class WhisperOnnx:
         self._decoder = None
 
 
+@dataclass(frozen=True)
+class _Row:
+    """A beam hypothesis's decoder state: row `index` of a batched self-attention cache."""
+
+    k: Features
+    v: Features
+    index: int
+
+
+def _gather(rows: list[_Row]) -> tuple[Features, Features]:
+    """The caches of `rows` stacked on the batch axis, in order (one source row may repeat)."""
+    if all(r.k is rows[0].k for r in rows):
+        at = [r.index for r in rows]
+        return np.take(rows[0].k, at, axis=1), np.take(rows[0].v, at, axis=1)
+    return (np.concatenate([r.k[:, r.index:r.index + 1] for r in rows], axis=1),
+            np.concatenate([r.v[:, r.index:r.index + 1] for r in rows], axis=1))
+
+
+def _has_batch_axis(decoder: Any) -> bool:
+    tokens = next((i for i in decoder.get_inputs() if i.name == "tokens"), None)
+    return tokens is not None and not isinstance(tokens.shape[0], int)
+
+
 def _softmax(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     e = np.exp(x - x.max())
     out: npt.NDArray[np.float64] = e / e.sum()
@@ -394,9 +439,11 @@ def _softmax(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
 
 
 def _log_softmax(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """log softmax(x) in float32, the normaliser summed in float64; -inf entries stay -inf."""
-    top = x.max()
-    out: npt.NDArray[np.float32] = x - (top + np.float32(np.log(np.exp(x - top).sum(dtype=np.float64))))
+    """log softmax over the last axis in float32, the normaliser summed in float64; -inf entries
+    stay -inf."""
+    top = x.max(axis=-1, keepdims=True)
+    norm = np.log(np.exp(x - top).sum(axis=-1, keepdims=True, dtype=np.float64)).astype(np.float32)
+    out: npt.NDArray[np.float32] = x - (top + norm)
     return out
 
 

@@ -13,30 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.clips import COMMANDS, espeak_clip, load_16k
+from benchmarks.clips import ESPEAK_VOICES, PIPER_SPEEDS, SWEEP_TEXTS, espeak_clip, load_16k
 from edge_agent.asr.whisper import Padding, WhisperOnnx
 from edge_agent.text.wer import words
-from tests.speech_fixtures import TWO_SENTENCES, close_speed_voices, piper_speed_clip
+from tests.speech_fixtures import close_speed_voices, piper_speed_clip
 
-TEXTS = (
-    *COMMANDS,
-    TWO_SENTENCES,
-    "Turn it up.",
-    "Pause.",
-    "Dim the bedroom lights to thirty percent.",
-    "Call mom. Tell her I'm running late.",
-    "Is the back door locked?",
-    "Good night. Turn everything off.",
-    "Skip this song.",
-    "How long until my timer is done?",
-    "Open the blinds in the living room, please.",
-)
+TEXTS = SWEEP_TEXTS
 """Twenty-two commands: the bench's twelve, ten more (short ones and two sentences in one)."""
-
-PIPER_SPEEDS = (0.8, 1.0, 1.25)
-"""Piper length scales: fast, the voice's own, slow."""
-ESPEAK_VOICES = (("en-us", 175), ("en-us+m7", 200), ("en-gb+m3", 150), ("en-us+f3", 165))
-"""espeak-ng voice and words per minute."""
 
 
 @dataclass(frozen=True)

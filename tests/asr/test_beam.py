@@ -84,3 +84,24 @@ def test_the_transcriber_decodes_with_the_configured_beam(whisper, espeak_clips)
     assert heard is not None
     assert heard.tokens == expected.tokens
     assert heard.text == expected.text
+
+
+def test_a_batched_beam_decodes_the_same_tokens_as_one_hypothesis_per_call(whisper_dir, espeak_clips,
+                                                                          piper_clips):
+    from edge_agent.asr.whisper import WhisperOnnx
+
+    fp32 = WhisperOnnx.load(whisper_dir, "fp32", threads=2)
+    assert fp32._batched  # the export's decoder has a batch axis
+    try:
+        for clip in espeak_clips[:4] + piper_clips[:4]:
+            mel = fp32.features(clip.audio(), 800)
+            cross_k, cross_v = fp32.encode(mel)
+            prompt = fp32.prompt("en")
+            batched = fp32.decode_beam(cross_k, cross_v, prompt, 48, beam_size=5)
+            fp32._batched = False  # as an export whose decoder takes one sequence runs it
+            one_by_one = fp32.decode_beam(cross_k, cross_v, prompt, 48, beam_size=5)
+            fp32._batched = True
+            assert batched[0] == one_by_one[0], clip.text
+            assert batched[2] == pytest.approx(one_by_one[2], abs=1e-3)
+    finally:
+        fp32.close()

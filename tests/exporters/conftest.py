@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.clips import Clip, clip_set
+from benchmarks.clips import Clip, clip_set, sweep_set
 from edge_agent.models import ModelStore, load_catalog
 from exporters.progress import Progress
 
@@ -65,7 +65,7 @@ def tiny_en_export(shared_cache: Path, store: ModelStore, clips: list[Clip]) -> 
     options = ExportOptions(variants=("fp32", "int8", "fp16", "int4"))
     if not (up_to_date(out, source, options) and not verify_dir(out, 2, progress)):
         shutil.rmtree(out, ignore_errors=True)
-        export_whisper(source, out, clips, options, progress)
+        export_whisper(source, out, clips, options, progress, choice=sweep_set(store))
     return out
 
 

@@ -36,6 +36,16 @@ def test_the_default_is_the_fastest_variant_within_the_drift_and_failures_never_
         KIND.pick_default({"int8": measured(0.1, 0.02), "int4": {"error": "x"}})
 
 
+def test_a_kind_may_judge_a_bound_on_the_drift_rather_than_the_drift():
+    bounded = Kind("edge-speech/test", 1, ("fp32", "int8"), Path(__file__).parent, 0.01, "WER",
+                   lambda v: "", drift_key="wer_drift_bound")
+    variants = {"fp32": {"rtf": 0.3, "wer_drift": 0.0, "wer_drift_bound": 0.0},
+                "int8": {"rtf": 0.1, "wer_drift": 0.005, "wer_drift_bound": 0.02}}
+    assert KIND.pick_default(variants) == "int8"
+    assert bounded.pick_default(variants) == "fp32"  # a drift within 0.01 but not surely so
+    assert bounded.default_rule == "lowest rtf among variants with wer_drift_bound <= 0.01"
+
+
 def test_a_failing_variant_is_recorded_with_its_files_removed_and_the_others_load(tmp_path: Path):
     def derive(name: str, files: dict[str, str]) -> None:
         for f in files.values():

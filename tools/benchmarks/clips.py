@@ -74,6 +74,27 @@ EXPORT_SET: tuple[tuple[str, str], ...] = (
 )
 """`(text, engine)` the exporter measures on: six commands, three per voice, then the paragraph."""
 
+SWEEP_TEXTS = (
+    *COMMANDS,
+    "Dinner is ready. Please come to the table.",
+    "Turn it up.",
+    "Pause.",
+    "Dim the bedroom lights to thirty percent.",
+    "Call mom. Tell her I'm running late.",
+    "Is the back door locked?",
+    "Good night. Turn everything off.",
+    "Skip this song.",
+    "How long until my timer is done?",
+    "Open the blinds in the living room, please.",
+)
+"""Twenty-two commands: the bench's twelve, ten more (short ones and two sentences in one)."""
+PIPER_SPEEDS = (0.8, 1.0, 1.25)
+"""Piper length scales in the sweep: fast, the voice's own, slow."""
+ESPEAK_VOICES = (("en-us", 175), ("en-us+m7", 200), ("en-gb+m3", 150), ("en-us+f3", 165))
+"""espeak-ng voices and words per minute in the sweep."""
+ROOM = (0.5, 15.0)
+"""The sweep's room: reverberation time (s) and signal-to-noise ratio (dB) of a far talker."""
+
 
 @dataclass(frozen=True)
 class Clip:
@@ -204,6 +225,78 @@ def clip_set(store: ModelStore, specs: Sequence[tuple[str, str]] = EXPORT_SET) -
         return make_set(directory, specs, registry.get(PIPER_VOICE))
     finally:
         registry.close()
+
+
+def speed_clip_path(directory: Path, text: str, speed: float) -> Path:
+    """Where `piper_speed_clip` keeps `text` at `speed`."""
+    digest = hashlib.sha256(f"joe\0{speed}\0{text}".encode()).hexdigest()[:12]
+    return directory / f"sweep-piper{speed}-{digest}.wav"
+
+
+def piper_speed_clip(text: str, directory: Path, voice: Voice, speed: float) -> Path:
+    """`text` by a noiseless Piper voice loaded at length scale `speed`, cached in `directory`
+    (`make_set` keys its Piper clips by text alone, at the voice's own speed)."""
+    path = speed_clip_path(directory, text, speed)
+    if path.is_file():
+        return path
+    directory.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f".{path.name}.part")
+    sink = WavSink(part, voice.sample_rate)
+    sink.write(np.concatenate([c.samples for c in synthesize(voice, text)]))
+    sink.close()
+    part.replace(path)
+    return path
+
+
+def in_room(clip: Path, t60_s: float, snr_db: float, seed: int = 0) -> Path:
+    """`clip` as a microphone across a room hears it: reverberation decaying by 60 dB in `t60_s`
+    (exponentially decaying noise after the direct sound) and white noise `snr_db` below the
+    speech; seeded, so every machine makes the same file beside the clip."""
+    path = clip.with_name(f"room{t60_s:g}-{snr_db:g}-{seed}-{clip.name}")
+    if path.is_file():
+        return path
+    rng = np.random.default_rng(seed)
+    speech = load_16k(clip)
+    t = np.arange(round(t60_s * RATE)) / RATE
+    impulse = rng.normal(0, 0.1, t.size) * np.exp(-6.9 * t / t60_s)
+    impulse[0] = 1.0
+    wet = np.convolve(speech, impulse)[: speech.size]
+    noise = rng.normal(0, 1, wet.size) * np.sqrt(np.mean(wet ** 2) / 10 ** (snr_db / 10))
+    mixed = wet + noise
+    mixed *= 0.5 / max(1e-9, float(np.abs(mixed).max()))
+    part = path.with_name(f".{path.name}.part")
+    sink = WavSink(part, RATE)
+    sink.write(mixed.astype(np.float32))
+    sink.close()
+    part.replace(path)
+    return path
+
+
+def sweep_set(store: ModelStore) -> list[Clip]:
+    """The sweep: `SWEEP_TEXTS` by Piper at each of `PIPER_SPEEDS`, by espeak-ng in each of
+    `ESPEAK_VOICES`, and by Piper at its own speed in `ROOM` (176 clips), made into
+    `<store.cache_dir>/clips`. A clip's `engine` names its voice (`piper@0.8`, `espeak:en-us@175`,
+    `room:piper@1.0`)."""
+    directory = clips_dir(store.cache_dir)
+    clips: list[Clip] = []
+    for speed in PIPER_SPEEDS:
+        registry = None
+        for text in SWEEP_TEXTS:
+            path = speed_clip_path(directory, text, speed)
+            if not path.is_file():
+                if registry is None:
+                    settings = replace(clip_settings(TtsSettings(voice=PIPER_VOICE)), length_scale=speed)
+                    registry = VoiceRegistry(store, settings)
+                piper_speed_clip(text, directory, registry.get(PIPER_VOICE), speed)
+            clips.append(Clip(text, f"piper@{speed}", path))
+        if registry is not None:
+            registry.close()
+    for voice, wpm in ESPEAK_VOICES:
+        clips += [Clip(t, f"espeak:{voice}@{wpm}", espeak_clip(t, directory, voice, wpm))
+                  for t in SWEEP_TEXTS]
+    clean = [c for c in clips if c.engine == "piper@1.0"]
+    clips += [Clip(c.text, f"room:{c.engine}", in_room(c.path, *ROOM)) for c in clean]
+    return clips
 
 
 def clips_dir(cache_dir: Path) -> Path:

@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.clips import clip_set
+from benchmarks.clips import clip_set, sweep_set
 from edge_agent.cli import common_options, run_handler
 from edge_agent.commands.context import Context
 from edge_agent.errors import ModelError
@@ -124,8 +124,7 @@ def run_whisper(args: argparse.Namespace) -> int:
         progress(f"{out}: up to date (same source sha256 and variants); --force re-exports")
         manifest = read_manifest(out)
     else:
-        clips = clip_set(store)
-        manifest = export_whisper(source, out, clips, options, progress)
+        manifest = export_whisper(source, out, clip_set(store), options, progress, choice=sweep_set(store))
     print(variant_table(manifest))
     print(out)
     return 0

@@ -47,6 +47,8 @@ class Kind:
     """What that WER is, in messages: `WER`, `round-trip WER`."""
     details: Callable[[dict[str, Any]], str]
     """A measured variant's own figures, for its report line (after its RTF)."""
+    drift_key: str = "wer_drift"
+    """The measured field `max_wer_drift` bounds: `wer_drift` (the drift itself) or a bound on it."""
 
     def parse_variants(self, text: str) -> tuple[str, ...]:
         names = tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
@@ -72,12 +74,12 @@ class Kind:
 
     @property
     def default_rule(self) -> str:
-        return f"lowest rtf among variants with wer_drift <= {self.max_wer_drift}"
+        return f"lowest rtf among variants with {self.drift_key} <= {self.max_wer_drift}"
 
     def pick_default(self, variants: dict[str, dict[str, Any]]) -> str:
-        """The fastest variant whose WER is at most `max_wer_drift` above PyTorch's."""
+        """The fastest variant whose WER is at most `max_wer_drift` above PyTorch's (`drift_key`)."""
         usable = {n: v for n, v in variants.items()
-                  if "error" not in v and v["wer_drift"] <= self.max_wer_drift}
+                  if "error" not in v and v[self.drift_key] <= self.max_wer_drift}
         if not usable:
             raise ModelError(f"no variant keeps the {self.wer_name} within +{self.max_wer_drift} of "
                              "PyTorch's: see the measurements above")
@@ -87,8 +89,10 @@ class Kind:
         if "error" in v:
             progress(f"  {name}: FAILED: {v['error']}")
             return
+        judged = "" if self.drift_key == "wer_drift" else f", {self.drift_key} {v[self.drift_key]:+.3f}"
         progress(f"  {name}: {v['size_bytes'] / 1e6:.1f} MB, load {v['load_s']:.2f} s, RTF {v['rtf']:.3f}"
-                 f"{self.details(v)}, {self.wer_name} {v['wer_truth']:.3f} (drift {v['wer_drift']:+.3f})")
+                 f"{self.details(v)}, {self.wer_name} {v['wer_truth']:.3f} "
+                 f"(drift {v['wer_drift']:+.3f}{judged})")
 
     def head(self, source: dict[str, Any], **exporter: str) -> dict[str, Any]:
         """The manifest's first fields: format, when, by which code (plus `exporter`), from what."""
@@ -106,7 +110,7 @@ class Kind:
             for f in variants.pop("fp32")["files"].values():
                 (stage / f).unlink()
         default = self.pick_default(variants)
-        progress(f"default variant: {default} (fastest with {self.wer_name} drift <= +{self.max_wer_drift})")
+        progress(f"default variant: {default} (fastest with {self.drift_key} <= +{self.max_wer_drift})")
         return {"variants": variants, "default_variant": default, "default_rule": self.default_rule,
                 "wer_unit": WER_UNIT}
 

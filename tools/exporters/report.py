@@ -12,13 +12,22 @@ def variant_table(manifest: dict[str, Any]) -> str:
     """WERs as fractions whatever unit the manifest recorded them in (older ones: percent)."""
     ref = manifest["reference"]
     scale = wer_scale(manifest)
-    return _table(
-        manifest, ["size MB", "load s", "RTF", "RTF (clip + tail)", "max logit diff", "WER vs PyTorch",
-                   "WER vs text", "drift"],
-        [f"| PyTorch (reference) | | | {ref['rtf']:.3f} | | | | {ref['wer_truth'] * scale:.3f} | |"],
-        lambda v: f"{v['size_bytes'] / 1e6:.1f} | {v['load_s']:.2f} | {v['rtf']:.3f} | "
-                  f"{v['trimmed']['rtf']:.3f} | {v['max_logit_diff']:.2g} | {v['wer'] * scale:.3f} | "
-                  f"{v['wer_truth'] * scale:.3f} | {v['wer_drift'] * scale:+.3f}")
+    columns = ["size MB", "load s", "RTF", "RTF (clip + tail)", "max logit diff", "WER vs PyTorch",
+               "WER vs text", "drift"]
+    reference = f"| PyTorch (reference) | | | {ref['rtf']:.3f} | | | | {ref['wer_truth'] * scale:.3f} | |"
+
+    def cells(v: dict[str, Any]) -> str:
+        return (f"{v['size_bytes'] / 1e6:.1f} | {v['load_s']:.2f} | {v['rtf']:.3f} | "
+                f"{v['trimmed']['rtf']:.3f} | {v['max_logit_diff']:.2g} | {v['wer'] * scale:.3f} | "
+                f"{v['wer_truth'] * scale:.3f} | {v['wer_drift'] * scale:+.3f}")
+
+    if "sweep" not in ref:  # exports before the default was chosen on the sweep
+        return _table(manifest, columns, [reference], cells)
+    sweep = ref["sweep"]
+    columns = [*columns, f"sweep WER ({sweep['clips']} clips)", "sweep drift", "drift bound (95 %)"]
+    return _table(manifest, columns, [f"{reference} {sweep['wer']:.3f} | | |"],
+                  lambda v: f"{cells(v)} | {v['sweep']['wer']:.3f} | {v['sweep']['drift']:+.3f} | "
+                            f"{v['sweep']['drift_bound']:+.3f}")
 
 
 def vocoder_table(manifest: dict[str, Any]) -> str:

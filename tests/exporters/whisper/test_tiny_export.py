@@ -78,6 +78,27 @@ def test_decoder_with_empty_cache_then_one_token_equals_one_call(tiny):
     np.testing.assert_allclose(grown[0], cache[0], atol=1e-5)
 
 
+def test_the_decoder_takes_a_batch_and_each_row_equals_its_own_call(tiny):
+    model, out = tiny
+    runner = OnnxWhisper(out / "encoder.fp32.onnx", out / "decoder.fp32.onnx", _config(model))
+    cross_k, cross_v = runner.encode(_mel(200))  # batch 1: every sequence listens to the same audio
+    rng = np.random.default_rng(2)
+    past_k, past_v = (rng.normal(size=(2, 5, 4, 32)).astype(np.float32) for _ in range(2))
+    tokens = np.array([[5], [700], [9], [50256], [13]], dtype=np.int64)
+
+    def run(rows: slice) -> list[np.ndarray]:
+        return runner.decoder.run(None, {"tokens": tokens[rows], "self_k_in": past_k[:, rows],
+                                         "self_v_in": past_v[:, rows], "cross_k": cross_k, "cross_v": cross_v,
+                                         "offset": np.array(4, dtype=np.int64)})
+
+    logits, k, v = run(slice(0, 5))
+    assert logits.shape == (5, 1, 51864) and k.shape == v.shape == (2, 5, 5, 32)
+    for i in range(5):
+        one = run(slice(i, i + 1))
+        np.testing.assert_allclose(one[0][0], logits[i], atol=1e-5)
+        np.testing.assert_allclose(one[1][:, 0], k[:, i], atol=1e-6)
+
+
 def test_greedy_decoding_matches_the_pytorch_reference(tiny):
     model, out = tiny
     runner = OnnxWhisper(out / "encoder.fp32.onnx", out / "decoder.fp32.onnx", _config(model))

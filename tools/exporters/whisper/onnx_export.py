@@ -3,7 +3,10 @@
 The encoder takes any even number of mel frames up to 3000 and returns every decoder
 layer's cross-attention keys and values, so they are computed once per utterance. The
 decoder takes new tokens plus the self-attention cache and returns logits and the
-grown cache; decoding cost is linear in tokens.
+grown cache; decoding cost is linear in tokens. Its tokens and cache have a batch axis
+(`n_batch`) so a beam search runs every live hypothesis in one call, reading the weights
+once; the cross-attention keys and values stay at batch 1 and broadcast (every hypothesis
+listens to the same audio).
 
 Both graphs go through torch's `torch.export`-based exporter (`dynamo=True`; the
 TorchScript one is deprecated). The frame, token and cache axes are `torch.export` dims
@@ -37,6 +40,8 @@ ENCODER_INPUTS = ["mel"]
 ENCODER_OUTPUTS = ["cross_k", "cross_v"]
 DECODER_INPUTS = ["tokens", "self_k_in", "self_v_in", "cross_k", "cross_v", "offset"]
 DECODER_OUTPUTS = ["logits", "self_k_out", "self_v_out"]
+MAX_BATCH = 16
+"""Most sequences one decoder call takes (`asr.beam_size` is at most 16)."""
 
 
 @contextlib.contextmanager
@@ -66,13 +71,14 @@ class EncoderGraph(nn.Module):
 
 
 def _heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
-    """[1, n, d_model] -> [1, heads, n, d_head]"""
+    """[batch, n, d_model] -> [batch, heads, n, d_head]"""
     return x.view(x.shape[0], x.shape[1], n_head, -1).permute(0, 2, 1, 3)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_head: int,
            mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Whisper's attention arithmetic (q and k each scaled by d_head^-1/4), without SDPA."""
+    """Whisper's attention arithmetic (q and k each scaled by d_head^-1/4), without SDPA; a key
+    and value of batch 1 serve every query of the batch."""
     scale = (q.shape[-1] // n_head) ** -0.25
     qh, kh, vh = _heads(q, n_head) * scale, _heads(k, n_head) * scale, _heads(v, n_head)
     scores = qh @ kh.transpose(-1, -2)
@@ -110,7 +116,7 @@ class DecoderGraph(nn.Module):
             new_v.append(v)
         x = dec.ln(x)
         weight = dec.token_embedding.weight
-        logits = F.linear(x.reshape(-1, x.shape[-1]), weight).reshape(1, n_tokens, weight.shape[0])
+        logits = F.linear(x.reshape(-1, x.shape[-1]), weight).reshape(tokens.shape[0], n_tokens, -1)
         return logits, torch.stack(new_k), torch.stack(new_v)
 
     @staticmethod
@@ -160,15 +166,17 @@ def set_shape(value: onnx.ValueInfoProto, shape: list[int | str]) -> None:
 
 def export_decoder(model: Whisper, path: Path) -> None:
     d = model.dims
-    n_past, n_tokens, n_audio = 3, 2, 10
+    # A batch of 2 in the trace: torch.export specializes a dimension it sees at size 1.
+    n_batch, n_past, n_tokens, n_audio = 2, 3, 2, 10
     args = (
-        torch.zeros(1, n_tokens, dtype=torch.int64),
-        torch.randn(d.n_text_layer, 1, n_past, d.n_text_state),
-        torch.randn(d.n_text_layer, 1, n_past, d.n_text_state),
+        torch.zeros(n_batch, n_tokens, dtype=torch.int64),
+        torch.randn(d.n_text_layer, n_batch, n_past, d.n_text_state),
+        torch.randn(d.n_text_layer, n_batch, n_past, d.n_text_state),
         torch.randn(d.n_text_layer, 1, n_audio, d.n_text_state),
         torch.randn(d.n_text_layer, 1, n_audio, d.n_text_state),
         torch.tensor(n_past, dtype=torch.int64),
     )
+    batch = torch.export.Dim("n_batch", min=1, max=MAX_BATCH)
     tokens = torch.export.Dim("n_tokens", min=1, max=d.n_text_ctx)
     past = torch.export.Dim("n_past", min=0, max=d.n_text_ctx)
     audio = torch.export.Dim("n_audio_frames", min=1, max=d.n_audio_ctx)
@@ -176,11 +184,12 @@ def export_decoder(model: Whisper, path: Path) -> None:
         torch.onnx.export(
             DecoderGraph(model).eval(), args, str(path), dynamo=True, external_data=False,
             opset_version=OPSET, input_names=DECODER_INPUTS, output_names=DECODER_OUTPUTS,
-            dynamic_shapes=({1: tokens}, {2: past}, {2: past}, {2: audio}, {2: audio}, None), verbose=False,
+            dynamic_shapes=({0: batch, 1: tokens}, {1: batch, 2: past}, {1: batch, 2: past}, {2: audio},
+                            {2: audio}, None), verbose=False,
         )
     model_proto = onnx.load(str(path))
     for output in model_proto.graph.output[1:]:  # the exporter writes `n_tokens + n_past`
-        set_shape(output, [d.n_text_layer, 1, "n_total", d.n_text_state])
+        set_shape(output, [d.n_text_layer, "n_batch", "n_total", d.n_text_state])
     check_embedding_stored_once(model_proto, d.n_vocab, d.n_text_state)
     onnx.save(model_proto, str(path))
 

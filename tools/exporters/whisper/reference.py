@@ -313,8 +313,8 @@ class Reference:
         self.max_tokens = max_tokens or model.dims.n_text_ctx // 2
 
     @torch.inference_mode()
-    def decode(self, mel: Features) -> list[int]:
-        """Greedy text tokens for mel [n_mels, n_frames]."""
+    def decode(self, mel: Features, max_tokens: int | None = None) -> list[int]:
+        """Greedy text tokens for mel [n_mels, n_frames], at most `max_tokens` (default: the instance's)."""
         sp = self.specials
         features = encode(self.model, torch.from_numpy(mel)[None])
         suppress = torch.tensor(sp.suppress_tokens)
@@ -323,7 +323,7 @@ class Reference:
         out: list[int] = []
         try:
             x = torch.tensor([sp.sot_sequence])
-            for step in range(self.max_tokens):
+            for step in range(max_tokens or self.max_tokens):
                 logits = self.model.decoder(x, features, kv_cache=cache)[0, -1].float()
                 logits[suppress] = -math.inf
                 if step == 0:

@@ -77,15 +77,16 @@ class OnnxWhisper:
         logits, k, v = self.decoder.run(None, feed)
         return logits[0], (k, v)
 
-    def decode(self, mel: Features) -> list[int]:
-        """Greedy text tokens, with Whisper's default token suppression."""
+    def decode(self, mel: Features, max_tokens: int | None = None) -> list[int]:
+        """Greedy text tokens, with Whisper's default token suppression; at most `max_tokens`
+        (default: the config's)."""
         c = self.config
         cross = self.encode(mel)
         suppress = np.array(c.suppress_tokens, dtype=np.int64)
         begin = np.array(c.begin_suppress_tokens, dtype=np.int64)
         logits, cache = self._step(list(c.sot_sequence), self._empty_cache(), cross)
         out: list[int] = []
-        for step in range(c.max_tokens):
+        for step in range(max_tokens or c.max_tokens):
             last = logits[-1].copy()
             last[suppress] = -np.inf
             if step == 0:
