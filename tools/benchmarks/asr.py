@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.clips import COMMANDS, ENGINES, Clip, clip_settings, clips_dir, make_clips
+from benchmarks.clips import COMMANDS, ENGINES, Clip, clip_settings, clips_dir, make_clips, sweep_set
 from benchmarks.report import emit, machine, median, percentile
 from edge_agent.asr.manifest import load_manifest
 from edge_agent.asr.transcriber import Transcriber, TranscribingLoop
@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", default="", help="exported variants to run (default: all)")
     parser.add_argument("--no-reference", action="store_true", help="skip faster-whisper and PyTorch")
     parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS subprocess")
+    parser.add_argument("--sweep", action="store_true",
+                        help="the exporter's 176-clip sweep (several voices, speeds, a noisy room) "
+                             "instead of --clips/--voices: enough words that one cannot rank two engines")
 
 
 def measure(engines: dict[str, Transcribe], clips: list[Clip], audio: list[Samples],
@@ -258,6 +261,8 @@ def peak_rss(args: argparse.Namespace, clip: Path) -> dict[str, Any] | None:
 
 
 def _clips(ctx: Context, args: argparse.Namespace) -> list[Clip]:
+    if args.sweep:
+        return sweep_set(ctx.store)
     voices = [v for v in args.voices.split(",") if v]
     count = max(1, min(args.clips, len(COMMANDS)))
     voice = None
