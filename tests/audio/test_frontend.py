@@ -52,7 +52,7 @@ def test_off_the_front_end_does_nothing_and_is_not_inserted():
 
 def test_auto_gain_brings_quiet_speech_to_its_target(clip_cache, piper_voice):
     speech = load_16k(piper_clip(COMMANDS[0], clip_cache, piper_voice))
-    quiet = np.tile(0.01 * speech / np.abs(speech).max(), 4).astype(np.float32)  # peaks at -40 dBFS
+    quiet = np.tile(0.01 * speech / np.abs(speech).max(), 12).astype(np.float32)  # peaks at -40 dBFS
     gain = AutoGain(target_dbfs=6)
     out = np.concatenate([gain.process(quiet[i:i + 160]) for i in range(0, quiet.size, 160)])
     last = out[-speech.size:]
