@@ -9,16 +9,17 @@ without knowing. The work is done in 10 ms frames:
    something has played within the canceller's reach;
 2. automatic gain (`AutoGain`): our own, because `pyspeex-noise`'s gain control returned
    silence here at every level tried. It comes before the suppressor: measured by `bench hear`
-   (12 clips), gain after suppression chased the suppressor's residue and found okay_nabu in 1 of
-   12 clips in white noise at 10 dB SNR, gain before it in 11;
-3. noise suppression: speex's spectral suppressor through `pyspeex-noise`. Against WebRTC's
-   (`webrtc-noise-gain`, wyoming-satellite's) it was close: both lift okay_nabu in white and pink
-   noise at 10 dB SNR from 3-6 of 12 clips to 9-11, neither helps in babble; speex did better at
-   0 dB and behind our gain (a quiet talker over a -70 dBFS floor: 11 of 12 against 9 for
-   WebRTC's suppressor and gain), WebRTC better in music (11 against 9), for 3.2 against 4.5 ms
-   of CPU per second of audio and a 145 kB wheel against 8.9 MB. Alone, speex removes speech
-   quieter than about -40 dBFS with the noise (0 of 12 found): hence the gain first, and a
-   warning when suppression is on without it.
+   (12 clips), gain after suppression chased the suppressor's residue (a quiet talker over a -70
+   dBFS floor: 3 of 12 found, gain before it 9). It rises slowly (2 dB a second of speech) and
+   takes a level within 18 dB of the recent noise floor for noise, so a fan or babble is not
+   lifted into the wake word (in `bench hear --room` the faster gain cost 12 of the 14 detections
+   the chain now finds in fan noise at 10 dB);
+3. noise suppression: speex's spectral suppressor through `pyspeex-noise` (what Home Assistant's
+   pipeline uses; a 145 kB wheel against WebRTC's 8.9 MB). At a true 10 dB SNR without a room,
+   WebRTC's (`webrtc-noise-gain`, wyoming-satellite's) did as well or a little better (pink 12 of 12
+   against 10 behind our gain), neither helps in babble; in the simulated room only speex was run.
+   Alone, speex removes speech quieter than about -40 dBFS with the noise (0 of 12 found): hence
+   the gain first, and a warning when suppression is on without it.
 
 A live source whose consumer has fallen more than `BEHIND_S` behind the microphone passes
 blocks through unprocessed until it has caught up (counted in `skipped`): the front end
