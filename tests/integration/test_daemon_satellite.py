@@ -233,6 +233,16 @@ def test_a_newer_run_satellite_takes_over_and_a_wake_word_without_home_assistant
     assert "kitchen lights" in heard[-1]["text"].lower()
 
 
+async def streaming_turn(client: AsyncTcpClient, mic: Microphone, command: np.ndarray) -> None:
+    """Run the satellite as Home Assistant does, then say the wake word and `command` into the
+    microphone: returns once the device streams the turn."""
+    await client.write_event(RunSatellite().event())
+    await client.write_event(Ping().event())
+    await next_event(client, "pong")
+    mic.say(np.concatenate([silence(0.3), command]))
+    await next_event(client, "audio-chunk")
+
+
 def test_home_assistant_giving_up_ends_the_turn_and_later_audio_is_an_announcement(
         satellite, clip_cache, piper_voice) -> None:
     port, mic, out = satellite["port"], satellite["mic"], satellite["out"]
@@ -240,11 +250,7 @@ def test_home_assistant_giving_up_ends_the_turn_and_later_audio_is_an_announceme
 
     async def home_assistant() -> None:
         async with AsyncTcpClient("127.0.0.1", port) as client:
-            await client.write_event(RunSatellite().event())
-            await client.write_event(Ping().event())
-            await next_event(client, "pong")
-            mic.say(np.concatenate([silence(0.3), command]))
-            await next_event(client, "audio-chunk")
+            await streaming_turn(client, mic, command)
             await client.write_event(Error(text="no speech heard", code="stt-no-text-recognized").event())
             await next_event(client, "audio-stop")  # the device stops streaming at once
             await send_audio(client, clip_22k(NOTICE, clip_cache, piper_voice), 22050)
@@ -270,11 +276,7 @@ def test_an_announcement_held_by_a_turn_home_assistant_gives_up_on_plays_without
 
     async def home_assistant() -> None:
         async with AsyncTcpClient("127.0.0.1", port) as client:
-            await client.write_event(RunSatellite().event())
-            await client.write_event(Ping().event())
-            await next_event(client, "pong")
-            mic.say(np.concatenate([silence(0.3), command]))
-            await next_event(client, "audio-chunk")  # the turn streams: announcements wait for its answer
+            await streaming_turn(client, mic, command)  # announcements now wait for its answer
             assert daemon.announcements.held
             producer.publish("edge/dev1/announce", {"id": "meanwhile", "text": "Meanwhile."})
             await asyncio.to_thread(wait_until, lambda: meanwhile() == ["queued"], what="queued")
