@@ -4,7 +4,6 @@ library connected to it, and an HTTP server for the audio Home Assistant hands o
 from __future__ import annotations
 
 import asyncio
-import http.server
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,29 +13,18 @@ import numpy as np
 import pytest
 from aioesphomeapi import APIClient
 
+from benchmarks.loopback import FileServer
 from edge_agent.audio.wav import WavWriter
 from edge_agent.daemon import Daemon, SettingsSource
 from tests.mqtt_support import ToneSynth, device_config, wait_until
 
 
-class MediaServer:
+class MediaServer(FileServer):
     """Files under `root` on http://127.0.0.1:PORT/, as Home Assistant's TTS proxy serves them."""
 
     def __init__(self, root: Path) -> None:
+        super().__init__(root)
         self.root = root
-        class Handler(http.server.SimpleHTTPRequestHandler):
-            def __init__(self, *args: Any) -> None:
-                super().__init__(*args, directory=str(root))
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/{name}"
 
     def tone(self, name: str, seconds: float = 0.5, rate: int = 22050) -> str:
         t = np.arange(int(seconds * rate)) / rate
@@ -44,10 +32,6 @@ class MediaServer:
         writer.write((0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32))
         writer.close()
         return self.url(name)
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
