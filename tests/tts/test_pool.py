@@ -46,8 +46,7 @@ def test_shutdown_cancels_what_has_not_started_and_refuses_more() -> None:
     gate = threading.Event()
     running = pool.submit(0, gate.wait, 10)
     waiting = [pool.submit(1, lambda: None) for _ in range(3)]
-    while not running.running():
-        threading.Event().wait(0.01)
+    wait_until(running.running, what="the first job running")
     pool.shutdown()
     assert all(job.cancelled() for job in waiting)
     gate.set()
