@@ -33,7 +33,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -57,8 +57,16 @@ ReferenceTap = Callable[[Samples], None]
 """Called with the playback reference as the microphone hears it, for each block the source yields."""
 
 
-class NoiseSuppressor:
-    """Speex noise suppression (`pyspeex-noise`) on 10 ms frames."""
+class NoiseSuppressor(Protocol):
+    """Noise suppression on 10 ms frames (`audio.noise_suppressor`)."""
+
+    level: int
+
+    def process(self, frame: Samples) -> Samples: ...
+
+
+class SpeexSuppressor:
+    """Speex's spectral suppressor (`pyspeex-noise`, what Home Assistant's pipeline uses)."""
 
     def __init__(self, level: int) -> None:
         from pyspeex_noise import AudioProcessor
@@ -67,9 +75,44 @@ class NoiseSuppressor:
         self._speex = AudioProcessor(0, SUPPRESSION_DB[level])
 
     def process(self, frame: Samples) -> Samples:
-        pcm = np.clip(np.round(frame * 32767.0), -32768, 32767).astype("<i2").tobytes()
-        out: Samples = np.frombuffer(self._speex.process_10ms(pcm), dtype="<i2").astype(np.float32) / 32768.0
-        return out
+        return _floats(self._speex.process_10ms(_pcm(frame)))
+
+
+class WebRtcSuppressor:
+    """WebRTC's suppressor (`webrtc-noise-gain`, what wyoming-satellite uses), its gain control off
+    (ours comes first when `audio.auto_gain_dbfs` is set)."""
+
+    def __init__(self, level: int) -> None:
+        try:
+            from webrtc_noise_gain import AudioProcessor
+        except ImportError as exc:  # no wheel for this platform (Linux x86_64 and aarch64 have one)
+            raise AudioError(f"audio.noise_suppressor webrtc: webrtc-noise-gain is not installed ({exc}); "
+                             "install it or set audio.noise_suppressor: speex") from None
+
+        self.level = level
+        self._webrtc = AudioProcessor(0, level)  # its levels 1..4 are WebRTC's low .. very high
+
+    def process(self, frame: Samples) -> Samples:
+        return _floats(self._webrtc.Process10ms(_pcm(frame)).audio)
+
+
+def make_suppressor(settings: AudioSettings) -> NoiseSuppressor | None:
+    """The configured suppressor, None when `audio.noise_suppression` is 0."""
+    level = settings.noise_suppression
+    if not level:
+        return None
+    if settings.noise_suppressor == "speex":
+        return SpeexSuppressor(level)
+    return WebRtcSuppressor(level)
+
+
+def _pcm(frame: Samples) -> bytes:
+    return np.clip(np.round(frame * 32767.0), -32768, 32767).astype("<i2").tobytes()
+
+
+def _floats(pcm: bytes) -> Samples:
+    out: Samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+    return out
 
 
 FLOOR_PART_FRAMES = 25
@@ -164,9 +207,9 @@ class FrontEnd:
                 self.echo = EchoCanceller(settings.echo_tail_ms, settings.echo_max_delay_ms)
             except AudioError as exc:
                 log.warning("no echo cancellation: %s", exc)
-        self.suppressor = NoiseSuppressor(settings.noise_suppression) if settings.noise_suppression else None
+        self.suppressor = make_suppressor(settings)
         self.gain = AutoGain(settings.auto_gain_dbfs) if settings.auto_gain_dbfs else None
-        if self.suppressor is not None and self.gain is None:
+        if isinstance(self.suppressor, SpeexSuppressor) and self.gain is None:
             log.warning("audio.noise_suppression without audio.auto_gain_dbfs: speech quieter than "
                         "about -40 dBFS is suppressed with the noise (set auto_gain_dbfs, e.g. 10)")
         self.taps: list[ReferenceTap] = []

@@ -57,10 +57,15 @@ class AudioSettings:
     input_channels: int = 1
     """Channels of `input_command` / `input_pipe` audio (averaged to mono)."""
     noise_suppression: int = 0
-    """Microphone noise suppression (speex, through `pyspeex-noise`): 0 off, 1..4 attenuate steady
-    noise (fans, hum, traffic) by 10, 20, 30, 40 dB. About 1.7 ms of CPU per second of audio at any
-    level. It does not remove other voices or music, and alone it removes speech quieter than about
-    -40 dBFS with the noise: use it with `auto_gain_dbfs`."""
+    """Microphone noise suppression: 0 off, 1..4 from light to strong (`noise_suppressor` says whose).
+    WebRTC's levels are its low, moderate, high and very high; speex's pull steady noise down by
+    10, 20, 30, 40 dB. Neither removes other voices."""
+    noise_suppressor: str = "webrtc"
+    """Whose suppressor `noise_suppression` runs: `webrtc` (`webrtc-noise-gain`, as wyoming-satellite;
+    about 2.5 ms of CPU per second of audio) or `speex` (`pyspeex-noise`, as Home Assistant's
+    pipeline; about 1.7 ms). In `edge-agent bench hear --room` WebRTC's found more wake words in every
+    noise, and needs no gain: speex alone removes speech quieter than about -40 dBFS with the noise
+    (use it with `auto_gain_dbfs`)."""
     auto_gain_dbfs: int = 0
     """Microphone automatic gain, ahead of noise suppression: 0 off, else the level (dB below full
     scale, 1..31) speech peaks are brought to, by at most +30 dB; it learns the talker over a few
@@ -105,6 +110,8 @@ class AudioSettings:
                 raise ValueError(f"{side}_channels: {channels} is outside 1..8")
         if not 0 <= self.noise_suppression <= 4:
             raise ValueError(f"noise_suppression: {self.noise_suppression} is outside 0 (off)..4")
+        if self.noise_suppressor not in ("webrtc", "speex"):
+            raise ValueError(f"noise_suppressor: {self.noise_suppressor!r} is not webrtc or speex")
         if not 0 <= self.auto_gain_dbfs <= 31:
             raise ValueError(f"auto_gain_dbfs: {self.auto_gain_dbfs} is outside 0 (off)..31")
         if not 50 <= self.echo_tail_ms <= 1000:

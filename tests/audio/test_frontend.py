@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import numpy as np
@@ -11,6 +12,7 @@ from benchmarks.clips import COMMANDS, load_16k, piper_clip
 from edge_agent.audio.frontend import AutoGain, FrontEnd, FrontEndSource
 from edge_agent.audio.reference import PlaybackReference
 from edge_agent.config import AudioSettings, ConfigError, load_settings
+from edge_agent.errors import AudioError
 from tests.speech_fixtures import noise, room_impulse, through_room
 
 RATE = 16000
@@ -30,19 +32,30 @@ def run(front: FrontEnd, audio: np.ndarray, block: int = 1024) -> np.ndarray:
     return np.concatenate([*parts, front.flush()])
 
 
-@pytest.mark.parametrize(("level", "at_least_db"), [(1, 6), (2, 10), (3, 12), (4, 13)])
-def test_a_tone_in_noise_gains_snr_through_the_suppressor(level, at_least_db):
-    """Measured: +9, +14, +15, +17 dB. The tone comes and goes like speech (a steady tone is what
-    a noise suppressor learns as noise)."""
+@pytest.mark.parametrize(("suppressor", "level", "at_least_db"), [
+    ("webrtc", 1, 3), ("webrtc", 2, 8), ("webrtc", 3, 11), ("webrtc", 4, 13),
+    ("speex", 1, 6), ("speex", 2, 10), ("speex", 3, 12), ("speex", 4, 13),
+])
+def test_a_tone_in_noise_gains_snr_through_the_suppressor(suppressor, level, at_least_db):
+    """Measured: WebRTC +4.6, +10.0, +14.3, +16.0 dB; speex +9, +14, +15, +17 dB. The tone comes and
+    goes like speech (a steady tone is what a noise suppressor learns as noise)."""
     t = np.arange(4 * RATE) / RATE
     bursts = (t % 0.4) < 0.2
     tone = (0.1 * np.sin(2 * np.pi * 1000 * t) * bursts).astype(np.float32)
     mixed = tone + noise(4.0, 0.05, seed=level)
-    out = run(FrontEnd(AudioSettings(noise_suppression=level, echo_cancel=False)), mixed)
+    settings = AudioSettings(noise_suppression=level, noise_suppressor=suppressor, echo_cancel=False)
+    out = run(FrontEnd(settings), mixed)
     assert out.size == mixed.size  # nothing lost or added
     settled = slice(RATE, None)  # the suppressor learns the noise in the first second
     gain = band_snr_db(out[settled], 1000) - band_snr_db(mixed[settled], 1000)
     assert gain >= at_least_db
+
+
+def test_webrtc_missing_on_this_platform_is_a_clear_error_naming_the_other_suppressor(monkeypatch):
+    monkeypatch.setitem(sys.modules, "webrtc_noise_gain", None)  # what an import finds with no wheel
+    with pytest.raises(AudioError, match=r"webrtc-noise-gain is not installed.*noise_suppressor: speex"):
+        FrontEnd(AudioSettings(noise_suppression=2, noise_suppressor="webrtc"))
+    assert FrontEnd(AudioSettings(noise_suppression=2, noise_suppressor="speex")).active
 
 
 def test_off_the_front_end_does_nothing_and_is_not_inserted():
@@ -65,6 +78,8 @@ def test_front_end_settings_are_checked_with_a_clear_message():
         load_settings(None, {"audio": {"noise_suppression": 5}})
     with pytest.raises(ConfigError, match="auto_gain_dbfs: 40 is outside 0"):
         load_settings(None, {"audio": {"auto_gain_dbfs": 40}})
+    with pytest.raises(ConfigError, match="noise_suppressor: 'rnnoise' is not webrtc or speex"):
+        load_settings(None, {"audio": {"noise_suppressor": "rnnoise"}})
 
 
 class Clock:

@@ -37,7 +37,7 @@ from benchmarks.report import emit, machine
 from benchmarks.wake import EVERYDAY, babble, pink_noise, speech_rms
 from edge_agent.audio.echo import FRAME, EchoCanceller, EchoUnavailable, SpeexEcho
 from edge_agent.audio.frames import Samples
-from edge_agent.audio.frontend import AutoGain, NoiseSuppressor
+from edge_agent.audio.frontend import AutoGain, SpeexSuppressor
 from edge_agent.audio.reference import PlaybackReference
 from edge_agent.commands.context import Context
 from edge_agent.config import Settings, WakeSettings
@@ -146,7 +146,7 @@ def ours(level: int, gain_dbfs: int = 0, after: bool = False) -> Callable[[], Ca
         if gain_dbfs:
             stages.append(AutoGain(gain_dbfs).process)
         if level:
-            stages.append(NoiseSuppressor(level).process)
+            stages.append(SpeexSuppressor(level).process)
         if after:  # the other order, measured to show why the front end does not use it
             stages.reverse()
 
