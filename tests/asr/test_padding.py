@@ -39,6 +39,18 @@ def test_repetition_loops_are_degenerate_and_normal_commands_are_not():
     assert not degenerate(result("Remind me to call my mother at six o'clock this evening.", 14), 40)
 
 
+def test_a_command_said_twice_in_one_decode_is_degenerate_though_gzip_misses_it():
+    doubled = ("Open the garage door and turn on the porch light. "
+               "Open the garage door and turn on the porch light.")
+    assert compression_ratio(doubled) < 2.4  # what tiny.en gave in a 6 s window; the full one had it once
+    assert degenerate(result(doubled, 24), token_budget(3.5))
+    assert degenerate(result("Set a timer. Set a timer for ten minutes.", 12), 40)
+    # Two words again, or a word said three times, are speech, not a loop.
+    assert not degenerate(result("Turn it up, up, up a bit more.", 10), 40)
+    assert not degenerate(result("Very very loud music in the living room.", 10), 40)
+    assert not degenerate(result("Tell me the time and tell me the weather.", 12), 40)
+
+
 def test_log_softmax_in_float32_matches_float64_and_ignores_suppressed_tokens():
     import numpy as np
 
