@@ -7,6 +7,7 @@ once (espeak-ng and our Piper voice) and kept in the shared test cache.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import wave
@@ -122,12 +123,20 @@ def silero_model(shared_cache: Path) -> Path:
     return store.fetch("silero-vad").path("silero_vad.onnx")
 
 
+def vad_model_in(cache: Path, silero_model: Path) -> None:
+    """The default VAD's model in a device's own model cache, where `models fetch silero-vad` puts it."""
+    folder = cache / "silero-vad"
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(silero_model, folder / silero_model.name)
+
+
 @pytest.fixture(scope="session")
-def whisper_dir(shared_cache: Path) -> Path:
+def whisper_dir(shared_cache: Path, silero_model: Path) -> Path:
     """whisper-tiny.en exported by the exporter into the shared test cache.
 
     The same directory and variants as the exporter's own tests use, so one run of
     the suite exports it at most once (and not at all while the source is unchanged).
+    A test that hears needs the default VAD's model beside it: fetched first (`silero_model`).
     """
     env = os.environ.get("EDGE_SPEECH_TEST_WHISPER")
     if env:

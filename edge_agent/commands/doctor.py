@@ -23,6 +23,7 @@ from edge_agent.offload.client import probe
 from edge_agent.offload.wire import PSK_ENV, load_psk
 from edge_agent.providers import Use, available, for_use, running_on
 from edge_agent.tts.registry import VoiceRegistry
+from edge_agent.vad import SILERO_MODEL
 
 USES: tuple[Use, ...] = ("tts", "asr", "server")
 """The uses whose providers `runtime.*` sets."""
@@ -67,12 +68,18 @@ def check_audio(ctx: Context) -> Check:
 
 def check_models(ctx: Context) -> list[Check]:
     store = ctx.store
-    voice = ctx.settings.tts.voice
+    settings = ctx.settings
+    voice = settings.tts.voice
+    # Listening needs the VAD's model; a device that only speaks does not, so it warns, never fails.
+    listens = settings.listen.mode != "off" and settings.vad.engine == "silero"
     checks = []
     for entry in store.catalog:
         needed = entry.id == voice
         problems = store.verify(entry.id) if store.locate(entry.id) or needed else None
-        if problems is None:
+        if problems is None and listens and entry.id == SILERO_MODEL:
+            checks.append(Check("model", False, False, f"{entry.id}: not fetched, and vad.engine is silero: "
+                                                       f"run `edge-agent models fetch {entry.id}` to listen"))
+        elif problems is None:
             checks.append(Check("model", True, False, f"{entry.id}: not fetched (optional)"))
         elif problems:
             checks.append(Check("model", False, needed, f"{entry.id}: {problems[0]}"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from edge_agent.config import VadSettings
+from edge_agent.errors import ModelError
 from edge_agent.models.store import ModelStore
 from edge_agent.vad.classifiers import FrameClassifier, SileroClassifier, WebRtcClassifier
 from edge_agent.vad.segmenter import Segmenter, SegmenterStats, Utterance
@@ -17,6 +18,9 @@ __all__ = ["FrameClassifier", "Segmenter", "SegmenterStats", "SileroClassifier",
 def make_classifier(settings: VadSettings, store: ModelStore) -> FrameClassifier:
     """The configured engine; Silero's model comes from the store (never from `silero_vad`)."""
     if settings.engine == "silero":
+        if store.locate(SILERO_MODEL) is None:
+            raise ModelError(f"vad.engine is silero and its model is not present: run `edge-agent models "
+                             f"fetch {SILERO_MODEL}` (2.3 MB), or set vad.engine: webrtc")
         files = store.require(SILERO_MODEL)
         return SileroClassifier.load(files.path("silero_vad.onnx"), settings.silero_threshold)
     return WebRtcClassifier(settings.aggressiveness, settings.frame_ms)

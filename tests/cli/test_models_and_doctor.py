@@ -71,3 +71,14 @@ def test_doctor_shows_a_missing_accelerator_and_where_the_voice_runs_instead():
     assert "(asked for tensorrt, cuda, cpu)" in tts
     warnings = [line for line in result.stderr.splitlines() if "not available in this onnxruntime" in line]
     assert len(warnings) == 1 and "tts: execution providers tensorrt, cuda" in warnings[0], result.stderr
+
+
+def test_doctor_warns_that_listening_needs_silero_when_it_is_the_vad_and_not_fetched(tmp_path):
+    empty = ["--set", "mqtt.broker=''", "--set", f"models.cache_dir={tmp_path / 'cache'}"]
+    result = run_cli("doctor", *empty)
+    assert result.returncode == 0, result.stdout + result.stderr  # a device that only speaks is fine
+    (silero,) = [line for line in result.stdout.splitlines() if "silero-vad:" in line]
+    assert silero.startswith("warn") and "run `edge-agent models fetch silero-vad` to listen" in silero
+    result = run_cli("doctor", *empty, "--set", "vad.engine=webrtc")
+    (silero,) = [line for line in result.stdout.splitlines() if "silero-vad:" in line]
+    assert silero.startswith("ok") and "not fetched (optional)" in silero
