@@ -7,7 +7,6 @@ once (espeak-ng and our Piper voice) and kept in the shared test cache.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import wave
@@ -121,13 +120,6 @@ def silero_model(shared_cache: Path) -> Path:
 
     store = ModelStore(shared_cache, load_catalog())
     return store.fetch("silero-vad").path("silero_vad.onnx")
-
-
-def vad_model_in(cache: Path, silero_model: Path) -> None:
-    """The default VAD's model in a device's own model cache, where `models fetch silero-vad` puts it."""
-    folder = cache / "silero-vad"
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(silero_model, folder / silero_model.name)
 
 
 @pytest.fixture(scope="session")

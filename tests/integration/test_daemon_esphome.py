@@ -37,13 +37,11 @@ from tests.integration.satellite_support import (
     spoken,
 )
 from tests.mqtt_support import Producer, Watcher, wait_until
-from tests.speech_fixtures import silence, vad_model_in
+from tests.speech_fixtures import silence
 
 
 @pytest.fixture
-def listening(tmp_path: Path, broker: Any, whisper_dir: Path, silero_model: Path,
-              request: Any) -> Iterator[dict[str, Any]]:
-    vad_model_in(tmp_path / "cache", silero_model)
+def listening(tmp_path: Path, broker: Any, whisper_dir: Path, request: Any) -> Iterator[dict[str, Any]]:
     mic = Microphone()
 
     def listener(settings: Any, accept_wake: Any) -> Any:

@@ -47,14 +47,12 @@ from tests.integration.satellite_support import (
     spoken,
 )
 from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, wait_until
-from tests.speech_fixtures import silence, vad_model_in
+from tests.speech_fixtures import silence
 
 
 @pytest.fixture
-def satellite(tmp_path: Path, broker: Any, whisper_dir: Path, silero_model: Path,
-              request: Any) -> Iterator[dict[str, Any]]:
+def satellite(tmp_path: Path, broker: Any, whisper_dir: Path, request: Any) -> Iterator[dict[str, Any]]:
     config = device_config(tmp_path / "device.yaml", tmp_path)
-    vad_model_in(tmp_path / "cache", silero_model)
     source = SettingsSource(config, {
         "mqtt.broker": broker.url, "device.id": "dev1", "daemon.out_dir": str(tmp_path / "out"),
         "wyoming.enabled": True, "wyoming.uri": "tcp://127.0.0.1:0", "wyoming.zeroconf": False,
