@@ -172,3 +172,15 @@ def test_five_minute_file_is_transcribed_utterance_by_utterance(tmp_path, whispe
     assert wer(texts, [line["text"] for line in lines]) <= 0.15
     starts = [line["start"] for line in lines]
     assert starts == sorted(starts) and lines[-1]["end"] <= len(audio) / RATE
+
+
+def test_without_the_default_vads_model_transcribe_and_listen_say_how_to_fetch_it(tmp_path, whisper_dir):
+    wav = write_wav(tmp_path / "quiet.wav", silence(1.0))
+    empty = ["--set", f"models.cache_dir={tmp_path / 'cache'}", *model_args(whisper_dir)]
+    for verb in (["transcribe", str(wav)], ["listen", "--input", str(wav)]):
+        result = run_cli(*verb, *empty)
+        assert result.returncode == 2, result.stderr
+        assert "run `edge-agent models fetch silero-vad`" in result.stderr
+        assert "or set vad.engine: webrtc" in result.stderr
+    result = run_cli("transcribe", str(wav), *empty, "--set", "vad.engine=webrtc")
+    assert result.returncode == 0, result.stderr  # webrtcvad needs no model file
