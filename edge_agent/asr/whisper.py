@@ -11,7 +11,8 @@ the whole window, so every encoder state (the speech's too) changes with its len
 and Whisper was trained on 30 s windows only. Mostly the transcript is the same; where
 the model is unsure it can differ by whole words ("Lock the front door." became "The
 Lachma Front Door"). So a bucket result that is degenerate, or whose tokens average a
-log-probability below `retry_logprob`, is decoded again in the 30 s window.
+log-probability below `retry_logprob`, is decoded again in a longer window (`retry_window_s`, 30 s
+by default: Whisper's own).
 
 Decoding follows openai-whisper without timestamps: the prompt is the
 start-of-transcript sequence plus `<|notimestamps|>`, blank output and
@@ -67,11 +68,20 @@ class Padding:
     bucket_s: float = AsrSettings.bucket_s
     margin_s: float = AsrSettings.margin_s
     retry_logprob: float = AsrSettings.retry_logprob
-    """A bucket result less sure than this (mean token log-probability) is decoded again at 30 s."""
+    """A bucket result less sure than this (mean token log-probability) is decoded again in
+    `retry_frames`."""
+    retry_window_s: float = AsrSettings.retry_window_s
 
     @staticmethod
     def from_settings(settings: AsrSettings) -> Padding:
-        return Padding(settings.padding, settings.bucket_s, settings.margin_s, settings.retry_logprob)
+        return Padding(settings.padding, settings.bucket_s, settings.margin_s, settings.retry_logprob,
+                       settings.retry_window_s)
+
+    def retry_frames(self, frames: int) -> int:
+        """The window (mel frames) a degenerate or unsure decode at `frames` is decoded again in:
+        `retry_window_s`, or Whisper's 30 s where the first window was already that long."""
+        window = 2 * round(self.retry_window_s * FRAMES_PER_SECOND / 2)
+        return window if frames < window <= N_FRAMES else N_FRAMES
 
     def frames(self, n_samples: int) -> int:
         """Mel frames (even, at most 3000) fed to the encoder for `n_samples` of audio."""
@@ -112,7 +122,8 @@ class Recognition:
     """Mel frames the encoder saw."""
     timings: Timings = field(default_factory=Timings)
     fallback: bool = False
-    """The short window gave a degenerate result and this one came from the full 30 s window."""
+    """The short window gave a degenerate or unsure result and this one came from the retry window
+    (`asr.retry_window_s`)."""
 
 
 COMPRESSION_RATIO_LIMIT = 2.4
@@ -367,7 +378,7 @@ class WhisperOnnx:
         `beam_size` 1 decodes greedily; more keeps that many hypotheses. With bucket
         padding, a degenerate result (a repetition loop: text that compresses too well,
         or decoding that ran out of tokens) or an unsure one (`Padding.retry_logprob`) is
-        decoded again with Whisper's full 30 s window, and `fallback` says so.
+        decoded again in the retry window (`Padding.retry_frames`), and `fallback` says so.
         """
         pad = padding or Padding("full")
         if audio.size > N_FRAMES * HOP_LENGTH:
@@ -376,9 +387,10 @@ class WhisperOnnx:
         limit = min(max_tokens, token_budget(audio.size / SAMPLE_RATE))
         result = self._recognize_window(audio, frames, limit, language, beam_size)
         if frames < N_FRAMES and (degenerate(result, limit) or result.avg_logprob < pad.retry_logprob):
-            log.info("decode at %d frames looks degenerate or unsure (%r, logprob %.2f); retrying with 30 s",
-                     frames, result.text[:80], result.avg_logprob)
-            full = self._recognize_window(audio, N_FRAMES, max_tokens, language, beam_size)
+            retry = pad.retry_frames(frames)
+            log.info("decode at %d frames looks degenerate or unsure (%r, logprob %.2f); again at %d frames",
+                     frames, result.text[:80], result.avg_logprob, retry)
+            full = self._recognize_window(audio, retry, max_tokens, language, beam_size)
             spent = result.timings
             timings = Timings(spent.features + full.timings.features, spent.encoder + full.timings.encoder,
                               spent.decoder + full.timings.decoder)

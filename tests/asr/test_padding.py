@@ -22,8 +22,22 @@ def test_bucket_lengths_are_even_and_capped():
 
 
 def test_padding_comes_from_the_settings():
-    pad = Padding.from_settings(AsrSettings(padding="bucket", bucket_s=1.0, margin_s=3.0))
-    assert pad == Padding("bucket", 1.0, 3.0)
+    settings = AsrSettings(padding="bucket", bucket_s=1.0, margin_s=3.0, retry_window_s=20.0)
+    pad = Padding.from_settings(settings)
+    assert pad == Padding("bucket", 1.0, 3.0, retry_window_s=20.0)
+
+
+@pytest.mark.parametrize(("window_s", "frames", "retry"), [(30.0, 800, 3000), (20.0, 800, 2000),
+                                                           (20.0, 2000, 3000), (20.0, 2400, 3000),
+                                                           (12.5, 600, 1250)])
+def test_an_unsure_decode_goes_again_in_the_retry_window_or_whispers_own_when_it_was_longer(
+        window_s, frames, retry):
+    assert Padding("bucket", retry_window_s=window_s).retry_frames(frames) == retry
+
+
+def test_the_retry_window_is_checked():
+    with pytest.raises(ValueError, match=r"retry_window_s: 5\.0 is outside 10\.\.30"):
+        AsrSettings(retry_window_s=5.0)
 
 
 def result(text, n_tokens):
