@@ -114,22 +114,28 @@ def piper_clips(clip_cache: Path, piper_voice) -> list[Clip]:
     return make_clips(clip_cache, COMMANDS, ["piper"], piper_voice)
 
 
-@pytest.fixture(scope="session")
-def silero_model(shared_cache: Path) -> Path:
+def fetch_vad_model(cache: Path) -> Path:
+    """The default VAD's model in `cache`, fetched once."""
     from edge_agent.models import ModelStore, load_catalog
 
-    store = ModelStore(shared_cache, load_catalog())
+    store = ModelStore(cache, load_catalog())
     return store.fetch("silero-vad").path("silero_vad.onnx")
 
 
 @pytest.fixture(scope="session")
-def whisper_dir(shared_cache: Path, silero_model: Path) -> Path:
+def silero_model(shared_cache: Path) -> Path:
+    return fetch_vad_model(shared_cache)
+
+
+@pytest.fixture(scope="session")
+def whisper_dir(shared_cache: Path) -> Path:
     """whisper-tiny.en exported by the exporter into the shared test cache.
 
     The same directory and variants as the exporter's own tests use, so one run of
     the suite exports it at most once (and not at all while the source is unchanged).
-    A test that hears needs the default VAD's model beside it: fetched first (`silero_model`).
+    A test that hears needs the default VAD's model beside it: fetched first.
     """
+    fetch_vad_model(shared_cache)
     env = os.environ.get("EDGE_SPEECH_TEST_WHISPER")
     if env:
         return Path(env)
