@@ -42,6 +42,7 @@ from edge_agent.audio.frames import Samples
 from edge_agent.audio.reference import PlaybackReference
 from edge_agent.audio.settings import AudioSettings
 from edge_agent.audio.sources import TARGET_RATE, AudioSource
+from edge_agent.audio.wav import from_pcm16, to_pcm16
 from edge_agent.errors import AudioError
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class SpeexSuppressor:
         self._speex = AudioProcessor(0, SUPPRESSION_DB[level])
 
     def process(self, frame: Samples) -> Samples:
-        return _floats(self._speex.process_10ms(_pcm(frame)))
+        return from_pcm16(self._speex.process_10ms(to_pcm16(frame)))
 
 
 class WebRtcSuppressor:
@@ -93,7 +94,7 @@ class WebRtcSuppressor:
         self._webrtc = AudioProcessor(0, level)  # its levels 1..4 are WebRTC's low .. very high
 
     def process(self, frame: Samples) -> Samples:
-        return _floats(self._webrtc.Process10ms(_pcm(frame)).audio)
+        return from_pcm16(self._webrtc.Process10ms(to_pcm16(frame)).audio)
 
 
 def make_suppressor(settings: AudioSettings) -> NoiseSuppressor | None:
@@ -104,15 +105,6 @@ def make_suppressor(settings: AudioSettings) -> NoiseSuppressor | None:
     if settings.noise_suppressor == "speex":
         return SpeexSuppressor(level)
     return WebRtcSuppressor(level)
-
-
-def _pcm(frame: Samples) -> bytes:
-    return np.clip(np.round(frame * 32767.0), -32768, 32767).astype("<i2").tobytes()
-
-
-def _floats(pcm: bytes) -> Samples:
-    out: Samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
-    return out
 
 
 FLOOR_PART_FRAMES = 25

@@ -18,10 +18,10 @@ __all__ = ["FrameClassifier", "Segmenter", "SegmenterStats", "SileroClassifier",
 def make_classifier(settings: VadSettings, store: ModelStore) -> FrameClassifier:
     """The configured engine; Silero's model comes from the store (never from `silero_vad`)."""
     if settings.engine == "silero":
-        if store.locate(SILERO_MODEL) is None:
+        files = store.locate(SILERO_MODEL)
+        if files is None:
             raise ModelError(f"vad.engine is silero and its model is not present: run `edge-agent models "
                              f"fetch {SILERO_MODEL}` (2.3 MB), or set vad.engine: webrtc")
-        files = store.require(SILERO_MODEL)
         return SileroClassifier.load(files.path("silero_vad.onnx"), settings.silero_threshold)
     return WebRtcClassifier(settings.aggressiveness, settings.frame_ms)
 

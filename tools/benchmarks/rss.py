@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ctx = Context(args)
     settings = ctx.settings
+    clip = read_wav(args.clip).samples
     segmenter = make_segmenter(settings.vad, ctx.store)
     model = WhisperOnnx.from_settings(settings.asr, settings.models)
     voices = VoiceRegistry(ctx.store, settings.tts)
@@ -63,15 +64,14 @@ def main(argv: list[str] | None = None) -> int:
         from edge_agent.wake import WakeEngine
 
         wake = WakeEngine.load(settings.wake)
-        wav = read_wav(args.clip)
-        detections = [d.model for d in wake.feed(wav.samples)]
+        detections = [d.model for d in wake.feed(clip)]
     stages["loaded"] = peak_rss_mb()
     listener = TranscribingLoop(WavFileSource(args.clip), segmenter, Transcriber(model, settings.asr))
     transcripts = [t.text for t in listener]
     stages["transcribed"] = peak_rss_mb()
     # retry_logprob 0: every result is "unsure", so this decode goes on in the retry window.
     always_retry = replace(Padding.from_settings(settings.asr), retry_logprob=0.0)
-    model.recognize(read_wav(args.clip).samples, always_retry, beam_size=settings.asr.beam_size)
+    model.recognize(clip, always_retry, beam_size=settings.asr.beam_size)
     stages["retried"] = peak_rss_mb()
     samples = sum(len(c.samples) for c in synthesize(voice, "The front door is open. Please close it."))
     stages["spoke"] = peak_rss_mb()
