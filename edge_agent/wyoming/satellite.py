@@ -390,7 +390,13 @@ class SatelliteSession:
             self._pause()
         elif kind == "ping":
             self._pinged()  # before the pong: once it is read, the status is what the ping made it
-            await self.send(Pong(text=event.data.get("text")).event())
+            pong = Pong(text=event.data.get("text")).event()
+            if self._outbox is None:
+                await self.send(pong)
+            elif self._outbox.qsize() < MAX_PENDING:  # else it is not reading: no pong is its answer
+                # Behind what the hearing loop queued before the ping (a turn's audio), so a
+                # pong read means those were sent; written directly it could overtake them.
+                self._outbox.put_nowait(pong)
         elif kind == "transcript":
             text = event.data.get("text")
             self.service.heard(self, text if isinstance(text, str) else "")
