@@ -83,3 +83,54 @@ def test_loading_weights_does_not_import_onnx(model: Path) -> None:
             "print(sorted(m for m in sys.modules if m == 'onnx' or m.startswith('onnx.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+
+SHARED_ARENA_PROBE = """
+import sys
+from pathlib import Path
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+from edge_agent.onnxsessions import session_options
+
+def peak_mb():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+
+def session(path, factor, shared):
+    # Three products as large as x, held in the session's arena while it runs.
+    nodes = [helper.make_node("Mul", ["x", "k"], ["a"]), helper.make_node("Add", ["a", "x"], ["b"]),
+             helper.make_node("Mul", ["b", "a"], ["c"]), helper.make_node("ReduceSum", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, None])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [helper.make_tensor("k", TensorProto.FLOAT, [], [factor])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    opts = session_options(1)
+    if not shared:
+        opts.add_session_config_entry("session.use_env_allocators", "0")
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+where, shared = Path(sys.argv[1]), sys.argv[2] == "shared"
+sessions = [session(where / f"{i}.onnx", 2.0 + i, shared) for i in range(3)]
+x = np.ones((1, 4 * 1024 * 1024), np.float32)  # 16 MB
+before = peak_mb()
+for _ in range(2):
+    for one in sessions:
+        one.run(None, {"x": x})
+print(peak_mb() - before)
+"""
+
+
+def test_sessions_of_one_process_reuse_one_arena(tmp_path: Path) -> None:
+    # Three models run in turn: with the shared arena each run takes the blocks the one before
+    # freed, so the process holds one run's memory; with an arena per session, three.
+    def grown_mb(mode: str) -> float:
+        done = subprocess.run([sys.executable, "-c", SHARED_ARENA_PROBE, str(tmp_path), mode],
+                              capture_output=True, text=True, timeout=120, check=True)
+        return float(done.stdout.strip())
+
+    shared, separate = grown_mb("shared"), grown_mb("separate")
+    assert shared < 0.5 * separate, (shared, separate)
