@@ -115,6 +115,13 @@ def test_decoder_stores_the_embedding_once(tiny):
     assert any(n.op_type == "Gemm" and n.input[1] == big[0].name for n in graph.node)
 
 
+def test_encoder_attention_is_fused_once_per_layer(tiny):
+    model, out = tiny
+    ops = [n.op_type for n in onnx.load(str(out / "encoder.fp32.onnx")).graph.node]
+    assert ops.count("MultiHeadAttention") == model.dims.n_audio_layer
+    assert "Softmax" not in ops
+
+
 # 4-bit blocks are coarse on random weights (real tiny.en: max logit diff ~7, the same words as fp32).
 @pytest.mark.parametrize(("mode", "atol"), [("int8-matmul", 1.0), ("fp16", 0.05), ("int4-block", 8.0)])
 def test_quantized_variants_load_and_stay_close_to_fp32(tiny, tmp_path, mode, atol):
