@@ -117,6 +117,62 @@ def quantize_int8_matmul(src: Path, dst: Path) -> None:
                      # One scale per output channel: per-tensor scales cost tiny.en ~3 WER
                      # points on short commands for no measurable speed gain.
                      per_channel=True)
+    if embeddings:
+        quantized = onnx.load(str(dst))
+        if share_embedding_rows(quantized):
+            onnx.save(quantized, str(dst))
+
+
+def share_embedding_rows(model: onnx.ModelProto) -> int:
+    """Look tied embeddings up in the projection's int8 table; how many tables were dropped.
+
+    After `untie_embeddings` the quantizer stores a tied embedding twice: E^T as per-channel
+    int8 for the projection, and E as per-tensor uint8 for the lookup (Whisper tiny.en: two
+    20 MB tables). Each lookup `DequantizeLinear(Gather(E_q, ids))` becomes a lookup in E^T's
+    int8 table, `Gather(E^T_q, ids, axis=1)` moved back to [..., d], times each row's own
+    scale (`Gather(scale, ids)`; its zero point is 0). Same rows with a finer scale per token
+    than the one per table, read from one table.
+    """
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in (*graph.input, *graph.value_info)
+             if v.type.tensor_type.HasField("shape")}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    shared = 0
+    for gather in [n for n in graph.node if n.op_type == "Gather" and n.input[0].endswith("_quantized")]:
+        base = gather.input[0].removesuffix("_quantized")
+        table, scale, zero = (inits.get(f"{base}.T_{part}") for part in ("quantized", "scale", "zero_point"))
+        after = readers.get(gather.output[0], [])
+        rank = ranks.get(gather.input[1])
+        if (table is None or scale is None or zero is None or rank is None or len(after) != 1
+                or after[0].op_type != "DequantizeLinear" or len(scale.dims) != 1
+                or numpy_helper.to_array(zero).any()):
+            continue
+        dequantize, ids, rows = after[0], gather.input[1], gather.output[0]
+        nodes = [
+            helper.make_node("Gather", [table.name, ids], [f"{rows}_by_dim"], axis=1),
+            helper.make_node("Transpose", [f"{rows}_by_dim"], [rows], perm=[*range(1, rank + 1), 0]),
+            helper.make_node("Cast", [rows], [f"{rows}_float"], to=TensorProto.FLOAT),
+            helper.make_node("Gather", [scale.name, ids], [f"{rows}_scale"], axis=0),
+            helper.make_node("Unsqueeze", [f"{rows}_scale", f"{rows}_last_axis"], [f"{rows}_scale_1"]),
+            helper.make_node("Mul", [f"{rows}_float", f"{rows}_scale_1"], list(dequantize.output)),
+        ]
+        graph.initializer.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), f"{rows}_last_axis"))
+        at = list(graph.node).index(gather)
+        for old in (gather, dequantize):
+            graph.node.remove(old)
+        for offset, node in enumerate(nodes):
+            graph.node.insert(at + offset, node)
+        unused = {gather.input[0], *dequantize.input[1:]} - {i for n in graph.node for i in n.input}
+        for name in unused:
+            graph.initializer.remove(inits[name])
+        shared += 1
+    return shared
 
 
 def quantize_int4_block(src: Path, dst: Path) -> None:

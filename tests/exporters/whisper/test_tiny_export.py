@@ -139,6 +139,9 @@ def test_quantized_variants_load_and_stay_close_to_fp32(tiny, tmp_path, mode, at
     if mode == "int8-matmul":
         ops = {n.op_type for n in onnx.load(str(tmp_path / "encoder.onnx")).graph.node}
         assert "Conv" in ops and "ConvInteger" not in ops  # convolutions stay float
+        tables = [i for i in onnx.load(str(tmp_path / "decoder.onnx")).graph.initializer
+                  if math.prod(i.dims) == model.dims.n_vocab * model.dims.n_text_state]
+        assert len(tables) == 1  # the lookup reads the projection's int8 table
     if mode == "int4-block":
         ops = {n.op_type for n in onnx.load(str(tmp_path / "decoder.onnx")).graph.node}
         assert {"MatMulNBits", "GatherBlockQuantized"} <= ops  # the tied embedding too
