@@ -42,11 +42,11 @@ class AsrSettings:
     0.135 against the 30 s window's 0.116, -0.45 0.126, -0.35 0.116, for 29 % more decoding time."""
     retry_window_s: float = 30.0
     """With `bucket` padding: the window a degenerate or unsure result is decoded again in (30 s where
-    the utterance's own bucket is already as long), 10..30 s. The encoder's attention grows with the
-    square of the window (tiny.en int8: about 15 MB at 10 s, 48 MB at 20 s, 92 MB at 30 s), and this
-    decode sets a listening device's peak memory: 459 MB at 30 s, 373 MB at 20 s (`benchmarks.rss
-    --wake`). Shorter than Whisper's own 30 s costs words: on the exporter's 176 sweep clips WER 0.116
-    at 30 s, 0.131 at 20 s, 0.128 at 16 s."""
+    the utterance's own bucket is already as long), 10..30 s. The encoder's working memory grows with
+    the window (tiny.en int8: about 16 MB at 10 s, 31 MB at 20 s, 46 MB at 30 s), and this decode
+    sets a listening device's peak memory: 333 MB at 30 s, 315 MB at 20 s (`benchmarks.rss --wake`).
+    Shorter than Whisper's own 30 s costs words: on the exporter's 176 sweep clips WER 0.116 at 30 s,
+    0.131 at 20 s, 0.128 at 16 s."""
     no_speech_threshold: float = 0.6
     """Drop an utterance whose no-speech probability is above this and whose tokens are unsure."""
     min_avg_logprob: float = -1.5
