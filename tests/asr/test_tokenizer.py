@@ -48,6 +48,11 @@ def test_a_split_multibyte_character_becomes_a_replacement_mark(tokenizer_file):
     (json.dumps({"model": {"type": "WordPiece", "vocab": {}}}), "expected BPE"),
     (json.dumps({"model": {"type": "BPE", "vocab": {}}, "decoder": {"type": "Metaspace"}}), "not ByteLevel"),
     (json.dumps({"model": {"type": "BPE"}, "decoder": {"type": "ByteLevel"}}), "not a usable"),
+    # The tables are indexed by id: an id of a billion must not size them.
+    (json.dumps({"model": {"type": "BPE", "vocab": {"a": 10**9}}, "decoder": {"type": "ByteLevel"}}),
+     "token ids must lie in"),
+    (json.dumps({"model": {"type": "BPE", "vocab": {"a": -1}}, "decoder": {"type": "ByteLevel"}}),
+     "token ids must lie in"),
 ])
 def test_unusable_tokenizer_files_are_model_errors(tmp_path, doc, message):
     path = tmp_path / "tokenizer.json"
