@@ -87,7 +87,7 @@ def share_cpu_arena() -> None:
     By default each session keeps an arena of its own, which never returns what it grew to:
     a listening device's peak was the sum of each model's own peak (Whisper's retry window,
     then the voice, each holding its blocks). One arena reuses the blocks a finished run
-    freed, so the peak is that of the largest run plus what is held: 378 MB instead of 436 MB
+    freed, so the peak is that of the largest run plus what is held: 377 MB instead of 432 MB
     with Whisper (an export before its fused attention), the voice, Silero and four wake models
     (`benchmarks.rss --wake`), at the same speed. onnxruntime's arena serializes its own
     bookkeeping, so sessions running in different threads (a turn's decode while an announcement

@@ -44,7 +44,7 @@ class AsrSettings:
     """With `bucket` padding: the window a degenerate or unsure result is decoded again in (30 s where
     the utterance's own bucket is already as long), 10..30 s. The encoder's working memory grows with
     the window (tiny.en int8: about 16 MB at 10 s, 31 MB at 20 s, 46 MB at 30 s), and this decode
-    sets a listening device's peak memory: 333 MB at 30 s, 315 MB at 20 s (`benchmarks.rss --wake`).
+    sets a listening device's peak memory: 323 MB at 30 s, 305 MB at 20 s (`benchmarks.rss --wake`).
     Shorter than Whisper's own 30 s costs words: on the exporter's 176 sweep clips WER 0.116 at 30 s,
     0.131 at 20 s, 0.128 at 16 s."""
     no_speech_threshold: float = 0.6
