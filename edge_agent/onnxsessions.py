@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import platform
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from edge_agent.errors import ModelError
 from edge_agent.providers import CPU, Accelerator, Profile
 
 log = logging.getLogger(__name__)
+
+_ARENA_LOCK = threading.Lock()
 
 
 def make_session(path: Path, threads: int, *, spin: bool = True,
@@ -80,7 +83,6 @@ def session_options(threads: int, *, spin: bool = True, weights: Mapping[str, An
     return opts
 
 
-@functools.cache
 def share_cpu_arena() -> None:
     """Give every CPU session of this process one memory arena, registered once.
 
@@ -92,7 +94,16 @@ def share_cpu_arena() -> None:
     (`benchmarks.rss --wake`), at the same speed. onnxruntime's arena serializes its own
     bookkeeping, so sessions running in different threads (a turn's decode while an announcement
     speaks) can share it.
+
+    Registered once per process, under a lock: models load in several threads, and a second
+    registration would give the sessions made after it an arena apart from the first's.
     """
+    with _ARENA_LOCK:
+        _register_cpu_arena()
+
+
+@functools.cache
+def _register_cpu_arena() -> None:
     import onnxruntime as ort
 
     where = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
