@@ -49,7 +49,7 @@ class Tokenizer:
 
     Each id's bytes lie in one blob, found by offset. A dict of the 51,864 vocabulary strings
     (and the JSON they came from, whose freed memory those strings kept from being reused) cost
-    a listening device 9 MB of its peak (`benchmarks.rss --wake`: 331.8 -> 323.0 MB).
+    a listening device 9 MB of its peak (`benchmarks.rss --wake`: 332.9 -> 323.1 MB).
     """
 
     def __init__(self, pieces: dict[int, str], special: set[int]) -> None:
