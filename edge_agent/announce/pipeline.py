@@ -428,9 +428,13 @@ class Announcer:
                 cut = {"truncated": True, "error": f"cut after {speaking.settings.max_audio_s:g} s of audio "
                        "(announcements.max_audio_s)"}
                 log.warning("announcement truncated: %s", cut["error"], extra={"id": ann.id})
-            self.journal.finish(ann.id, "done", engine=result.engine, **cut)
+            outcome = _played(result, cut)
+            if not outcome["played"]:
+                self.metrics.inc("announcements_discarded")
+                log.info("announcement not played: %s", result.discarded, extra={"id": ann.id})
+            self.journal.finish(ann.id, "done", engine=result.engine, **outcome)
             self._drop_audio(ann)
-            self._status(ann.id, "done", engine=result.engine, **cut, **_turn(ann))
+            self._status(ann.id, "done", engine=result.engine, **outcome, **_turn(ann))
             return
         self._requeue(item, result)
 
@@ -477,6 +481,15 @@ def _id_of(request: bytes | Mapping[str, Any]) -> str | None:
         return None
     ann_id = doc.get("id") if isinstance(doc, Mapping) else None
     return ann_id if isinstance(ann_id, str) and ID_PATTERN.fullmatch(ann_id) else None
+
+
+def _played(result: Spoken, cut: dict[str, Any]) -> dict[str, Any]:
+    """A `done` status's account of its audio: `played: false` (why, in `error`) when it was
+    discarded, so that a consumer never takes silence for success; `truncated` as cut."""
+    if result.discarded is None:
+        return {**cut, "played": True}
+    why = f"not played: {result.discarded}"
+    return {**cut, "played": False, "error": f"{why}; {cut['error']}" if "error" in cut else why}
 
 
 def _turn(ann: Announcement) -> dict[str, Any]:

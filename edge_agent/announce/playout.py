@@ -25,7 +25,7 @@ from edge_agent.announce.queue import Item
 from edge_agent.audio.frames import AudioChunk, Samples
 from edge_agent.audio.playback import play
 from edge_agent.audio.resample import resample
-from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
+from edge_agent.audio.sinks import AudioOutput, NullSink, Sink, WavSink
 from edge_agent.errors import AudioError
 from edge_agent.tts.voice import Synthesizer
 
@@ -148,6 +148,9 @@ class Spoken:
     """The open sink, when an interrupted announcement keeps it for later."""
     truncated: bool = False
     """Cut at the audio budget (`announcements.max_audio_s`): complete, but not all of it."""
+    discarded: str | None = None
+    """Why nobody heard it (no sound output and `audio.fallback: null`, or `audio.output: null`);
+    None when it reached a loudspeaker, a command or a file."""
 
 
 class _Tracked:
@@ -244,6 +247,8 @@ def speak(item: Item, synth: Synthesizer, opener: SinkOpener, *,
             item.sink.close()
         return Spoken(True, item.resume, None, 0.0)
     sink = _open(item, opener, first.sample_rate)
+    inner = sink.inner if isinstance(sink, GainSink) else sink
+    discarded = inner.reason if isinstance(inner, NullSink) else None
     tracked.rate = sink.sample_rate
     try:
         on_start(first.engine)
@@ -259,7 +264,8 @@ def speak(item: Item, synth: Synthesizer, opener: SinkOpener, *,
     audio_s = stats.frames / sink.sample_rate if sink.sample_rate else 0.0
     if complete:
         sink.close()
-        return Spoken(True, done_through + 1, engine, audio_s, truncated=tracked.truncated)
+        return Spoken(True, done_through + 1, engine, audio_s, truncated=tracked.truncated,
+                      discarded=discarded)
     # Stopped before its end, even if synthesis ran ahead into the audio budget: what was not
     # played is spoken later, within what is left of the budget.
     if not opener.keeps_open:

@@ -51,9 +51,11 @@ class Sink(Protocol):
 class NullSink:
     """Discards audio, counting frames."""
 
-    def __init__(self, sample_rate: int) -> None:
+    def __init__(self, sample_rate: int, reason: str = "audio.output is null") -> None:
         self.sample_rate = sample_rate
         self.frames = 0
+        self.reason = reason
+        """Why nothing is heard: the configuration, or the output that could not be opened."""
 
     def write(self, samples: Samples) -> None:
         self.frames += len(samples)
@@ -90,17 +92,25 @@ class SoundDeviceSink:
     """Plays through PortAudio, resampling when the device refuses the voice's rate."""
 
     def __init__(self, sample_rate: int, device: str | None = None, volume: float = 1.0) -> None:
-        sd = import_sounddevice()
+        try:
+            sd = import_sounddevice()
+        except AudioUnavailable as exc:
+            raise AudioUnavailable(f"no sound output: {exc}") from None
         self.sample_rate = sample_rate
         self.frames = 0
         self._volume = np.float32(volume)
         dev: int | str | None = int(device) if device and device.isdigit() else device
         try:
             self._stream, self._resampler = self._open(sd, dev, sample_rate)
-        except sd.PortAudioError as exc:
-            raise AudioUnavailable(f"no usable sound output ({_pa_message(exc)})") from None
-        except ValueError as exc:  # unknown device name
-            raise AudioUnavailable(f"no usable sound output ({exc})") from None
+        except (sd.PortAudioError, ValueError) as exc:  # ValueError: an unknown device name
+            # PortAudio's own words ("Error querying device -1") name no cause a user can fix.
+            log.debug("PortAudio cannot open output %r: %s", device, _pa_message(exc))
+            if device is None:
+                raise AudioUnavailable(f"no sound output: PortAudio finds no sound card; connect one, "
+                                       f"or {OUTPUT_NEXT_STEP}") from None
+            raise AudioUnavailable(f"no sound output: audio.output_device {device!r} cannot be opened "
+                                   f"({_pa_message(exc)}); `python3 -m sounddevice` lists the devices, "
+                                   f"or {OUTPUT_NEXT_STEP}") from None
 
     @staticmethod
     def _open(sd: Any, device: int | str | None, rate: int) -> tuple[Any, StreamResampler]:
@@ -137,6 +147,10 @@ class SoundDeviceSink:
         self._stream.abort()
         self._stream.close()
 
+
+OUTPUT_NEXT_STEP = ("set audio.output_command to play through a program "
+                    "(e.g. 'aplay -r 22050 -c 1 -f S16_LE -t raw')")
+"""The way round a missing or unusable sound card, named in every error about one."""
 
 WRITE_STALL_S = 10.0
 """An output command that takes no audio for this long is taken for hung."""
@@ -204,10 +218,10 @@ def import_sounddevice() -> Any:
     """Import sounddevice, turning a missing PortAudio into `AudioUnavailable`."""
     try:
         import sounddevice
-    except OSError as exc:
-        raise AudioUnavailable(
-            f"PortAudio is not installed ({exc}); install libportaudio2 for sound output"
-        ) from None
+    except OSError:
+        raise AudioUnavailable("PortAudio is not installed: install it (sudo apt install libportaudio2), "
+                               "or use programs instead of the sound card (audio.output_command, "
+                               "audio.input_command)") from None
     return sounddevice
 
 
@@ -228,7 +242,7 @@ class AudioOutput:
     def open(self, sample_rate: int, name: str = "speech") -> Sink:
         s = self.settings
         if s.output_command is None and s.output == "null":
-            return NullSink(sample_rate)
+            return NullSink(sample_rate, "audio.output is null")
         if s.output_command is None and s.output == "wav":
             return self._wav(sample_rate, name)
         try:
@@ -246,7 +260,7 @@ class AudioOutput:
                 self._reported = True
             if s.fallback == "wav":
                 return self._wav(sample_rate, name)
-            return NullSink(sample_rate)
+            return NullSink(sample_rate, str(exc))
 
     def _heard(self, sink: Sink) -> Sink:
         return sink if self.heard is None else self.heard(sink)

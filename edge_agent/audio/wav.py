@@ -8,9 +8,10 @@ block by block through the same header and the same `decode`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import secrets
 import struct
-import tempfile
 import wave
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,21 @@ def from_pcm16(data: bytes) -> Samples:
     return np.frombuffer(data[:usable], dtype="<i2").astype(np.float32) / 32768.0
 
 
+def create_temp(directory: Path, prefix: str, suffix: str) -> tuple[int, Path]:
+    """A new, empty temp file in `directory`: its descriptor and path, created with the umask.
+
+    `tempfile.mkstemp` makes mode 0600 whatever the umask: right for private state, wrong for
+    a WAV file that someone else plays or copies (0644 under the usual umask 022).
+    """
+    for _ in range(100):
+        path = directory / f"{prefix}{secrets.token_hex(4)}{suffix}"
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, f"no free temp file name in {directory}")
+
+
 class WavWriter:
     """Writes mono 16-bit PCM to a temp file beside `path`, renamed into place on `close`.
 
@@ -48,10 +64,9 @@ class WavWriter:
         self.sample_rate = sample_rate
         directory = path.parent if str(path.parent) else Path(".")
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=directory)
+            fd, self._tmp = create_temp(directory, f".{path.name}.", ".part")
         except OSError as exc:
             raise AudioError(f"cannot write {path}: {exc.strerror}") from None
-        self._tmp = Path(tmp)
         self._file = os.fdopen(fd, "wb")
         self._wav = wave.open(self._file, "wb")  # noqa: SIM115 - closed in close()/abort()
         self._wav.setnchannels(1)

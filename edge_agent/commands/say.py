@@ -6,12 +6,14 @@ import argparse
 import logging
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from edge_agent.audio.frames import AudioChunk
 from edge_agent.audio.playback import play
-from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
+from edge_agent.audio.settings import AudioSettings
+from edge_agent.audio.sinks import AudioOutput, AudioUnavailable, Sink, WavSink
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
 from edge_agent.providers import for_use
@@ -55,6 +57,28 @@ def open_out(path: Path, sample_rate: int, volume: float) -> Sink:
     return WavSink(path, sample_rate, volume)
 
 
+def open_sink(out: Path | None, audio: AudioSettings, sample_rate: int) -> Sink:
+    """`--out`, else the configured output; an output that cannot play is an error, not silence.
+
+    The daemon may fall back to no output (`audio.fallback: null`) and carry on, but a `say`
+    that plays nothing and exits 0 looks like success: here that fallback fails instead.
+    """
+    if out is not None:
+        return open_out(out, sample_rate, audio.volume)
+    strict = replace(audio, fallback="error") if audio.fallback == "null" else audio
+    try:
+        return AudioOutput(strict).open(sample_rate, name="say")
+    except AudioUnavailable as exc:
+        raise AudioUnavailable(f"{exc}, or write a file with --out FILE.wav") from None
+
+
+def report_file(args: argparse.Namespace, sink: Sink, audio_s: float, detail: str = "") -> None:
+    """Where the audio went when it went to a file (--out, or the WAV fallback)."""
+    if isinstance(sink, WavSink):
+        where = "" if args.out is not None else " (no sound output: audio.fallback is wav)"
+        print(f"{sink.path}: {audio_s:.2f} s at {sink.sample_rate} Hz{detail}{where}")
+
+
 def _context(args: argparse.Namespace) -> tuple[Context, bool]:
     """Settings with the verb's flags applied, and whether synthesis may go remote."""
     overrides: dict[str, Any] = {}
@@ -77,11 +101,8 @@ def run(args: argparse.Namespace) -> int:
     if remote:
         return _run_routed(args, ctx, text)
     rate = ctx.store.catalog.get(settings.tts.voice).sample_rate or 22050
-    # Open the output first: an unwritable --out fails before any model is loaded.
-    if args.out is not None:
-        sink = open_out(args.out, rate, settings.audio.volume)
-    else:
-        sink = AudioOutput(settings.audio).open(rate, name="say")
+    # Open the output first: an unwritable --out or no sound card fails before any model is loaded.
+    sink = open_sink(args.out, settings.audio, rate)
     try:
         voice = VoiceRegistry(ctx.store, settings.tts, accel=for_use(settings, "tts")).get(settings.tts.voice)
         if voice.sample_rate != rate:
@@ -94,8 +115,7 @@ def run(args: argparse.Namespace) -> int:
     sink.close()
     log.info("spoke %.2f s of audio in %d sentences; first audio after %.3f s",
              stats.audio_s, stats.sentences, stats.first_audio_s or 0.0)
-    if args.out is not None:
-        print(f"{args.out}: {stats.audio_s:.2f} s at {rate} Hz")
+    report_file(args, sink, stats.audio_s)
     return 0
 
 
@@ -103,10 +123,7 @@ def _run_routed(args: argparse.Namespace, ctx: Context, text: str) -> int:
     """`say` through the offload router: remote voice when the server is healthy, else local."""
     settings = ctx.settings
     rate = ctx.store.catalog.get(settings.tts.voice).sample_rate or 22050
-    if args.out is not None:
-        sink = open_out(args.out, rate, settings.audio.volume)
-    else:
-        sink = AudioOutput(settings.audio).open(rate, name="say")
+    sink = open_sink(args.out, settings.audio, rate)
     engines: list[str] = []
 
     def tagged(chunks: Iterator[AudioChunk]) -> Iterator[AudioChunk]:
@@ -135,6 +152,5 @@ def _run_routed(args: argparse.Namespace, ctx: Context, text: str) -> int:
               f"(offload {servers} unavailable or failing)", file=sys.stderr)
     log.info("spoke %.2f s of audio in %d sentences (%s); first audio after %.3f s",
              stats.audio_s, stats.sentences, used, stats.first_audio_s or 0.0)
-    if args.out is not None:
-        print(f"{args.out}: {stats.audio_s:.2f} s at {rate} Hz (engine: {used})")
+    report_file(args, sink, stats.audio_s, f" (engine: {used})")
     return 0

@@ -81,3 +81,20 @@ def test_a_synthesis_error_aborts_the_file(tmp_path):
     with pytest.raises(RuntimeError, match="voice crashed"):
         run(item("bad", "One. Two."), Broken(), DirOpener(tmp_path))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("volume", [1.0, 0.5])
+def test_audio_sent_nowhere_is_reported_discarded_with_the_reason(volume):
+    from edge_agent.announce.playout import DeviceOpener
+    from edge_agent.audio.settings import AudioSettings
+    from edge_agent.audio.sinks import AudioOutput
+
+    opener = DeviceOpener(AudioOutput(AudioSettings(output="null")))
+    result, _ = run(item("nowhere", "One. Two.", volume=volume), ToneSynth(), opener)
+    assert result.complete and result.audio_s > 0
+    assert result.discarded == "audio.output is null"
+
+
+def test_audio_written_to_a_file_is_not_discarded(tmp_path):
+    result, _ = run(item("kept", "One."), ToneSynth(), DirOpener(tmp_path))
+    assert result.complete and result.discarded is None

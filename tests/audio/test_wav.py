@@ -1,3 +1,5 @@
+import os
+import stat
 import wave
 
 import numpy as np
@@ -25,6 +27,30 @@ def test_writer_round_trips_and_renames_into_place(tmp_path):
     audio = read_wav(path)
     assert audio.sample_rate == 16000 and audio.channels == 1
     np.testing.assert_allclose(audio.samples, tone, atol=1 / 16000)
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_written_files_follow_the_umask(tmp_path, umask, mode):
+    """A WAV is for a player or a colleague to read: mode 0666 less the umask, as `cp` makes it
+    (mkstemp's 0600 hid it from them)."""
+    path = tmp_path / "out.wav"
+    old = os.umask(umask)
+    try:
+        writer = WavWriter(path, 16000)
+        writer.write(np.zeros(100, dtype=np.float32))
+        writer.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+
+
+def test_a_writer_beside_a_leftover_temp_file_does_not_touch_it(tmp_path):
+    leftover = tmp_path / ".out.wav.1234abcd.part"
+    leftover.write_bytes(b"from a killed run")
+    writer = WavWriter(tmp_path / "out.wav", 16000)
+    writer.close()
+    assert leftover.read_bytes() == b"from a killed run"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [leftover.name, "out.wav"]
 
 
 def test_aborted_writer_leaves_nothing(tmp_path):

@@ -1,3 +1,5 @@
+import os
+import stat
 import wave
 from pathlib import Path
 
@@ -90,7 +92,37 @@ def test_without_a_sound_card_say_falls_back_with_one_clear_message(tmp_path):
 
 def test_without_a_sound_card_and_fallback_error_say_fails_cleanly():
     line = one_error_line(run_cli("say", "Hello", "--set", "audio.fallback=error"))
-    assert "PortAudio" in line or "sound output" in line
+    assert line.startswith("edge-agent: error: no sound output")
+    assert "Error querying device" not in line  # PortAudio's words name no next step
+    assert "audio.output_command" in line and "--out FILE.wav" in line
+
+
+def test_without_a_sound_card_say_exits_2_instead_of_playing_nothing(tmp_path):
+    """The default fallback (null) keeps the daemon running; `say` that played nothing fails."""
+    result = run_cli("say", "Hello")
+    line = one_error_line(result)
+    assert "no sound output" in line and "audio.output_command" in line and "--out FILE.wav" in line
+    assert result.stdout == ""
+
+
+def test_say_tells_where_the_wav_fallback_went(tmp_path):
+    fallback = tmp_path / "fallback"
+    result = run_cli("say", "Hello", "--set", "audio.fallback=wav", "--set", f"audio.fallback_dir={fallback}")
+    assert result.returncode == 0, result.stderr
+    written = list(fallback.glob("*.wav"))
+    assert len(written) == 1
+    assert result.stdout.startswith(f"{written[0]}: ") and "audio.fallback is wav" in result.stdout
+
+
+def test_the_wav_say_writes_follows_the_umask(tmp_path):
+    out = tmp_path / "hello.wav"
+    old = os.umask(0o022)
+    try:
+        result = run_cli("say", "Hello", "--out", str(out))
+    finally:
+        os.umask(old)
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644  # readable by the player, as `cp` would make it
 
 
 def test_say_plays_through_an_output_command_at_its_rate(tmp_path):
