@@ -27,6 +27,7 @@ from edge_agent import __version__
 from edge_agent.announce.journal import Journal
 from edge_agent.announce.pipeline import Announcer, Speaking
 from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, play_chime, remove_partials
+from edge_agent.asr.manifest import EXPORT_HINT
 from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.audio.frontend import FrontEndSource
 from edge_agent.audio.reference import PlaybackReference, ReferenceSink
@@ -487,8 +488,10 @@ class Daemon:
             self.listening = {"mode": mode, "state": "unavailable", "error": str(exc)}
             return
         if self.listener is None:
-            log.info("not listening: no ASR model present")
-            self.listening = {"mode": mode, "state": "unavailable", "error": "no ASR model present"}
+            # A device set to listen that cannot is a fault to fix, not a mode: say how.
+            log.warning("not listening: no ASR model present; %s", EXPORT_HINT)
+            self.listening = {"mode": mode, "state": "unavailable",
+                              "error": f"no ASR model present; {EXPORT_HINT}"}
             return
 
         def on_error(exc: BaseException) -> None:

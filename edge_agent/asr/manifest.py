@@ -97,6 +97,12 @@ class Manifest:
         return self.directory / "tokenizer.json"
 
 
+EXPORT_HINT = ("export it once with `edge-export whisper --source whisper-tiny.en`, which "
+               "`pip install './tools[export]'` installs from the source tree (CPU torch first: "
+               "docs/models.md), or set asr.model to an export's directory")
+"""The next step wherever an exported Whisper is missing."""
+
+
 def load_manifest(directory: Path) -> Manifest:
     """Read and check `directory/manifest.json`."""
     path = directory / MANIFEST
@@ -105,8 +111,7 @@ def load_manifest(directory: Path) -> Manifest:
             raise ModelError(f"{path}: larger than {_MAX_MANIFEST} bytes")
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ModelError(f"{directory}: no exported Whisper here (no {MANIFEST}); "
-                         "create one with `edge-export whisper`") from None
+        raise ModelError(f"{directory}: no exported Whisper here (no {MANIFEST}); {EXPORT_HINT}") from None
     except (OSError, ValueError) as exc:
         raise ModelError(f"{path}: unreadable manifest ({exc})") from None
     try:

@@ -43,7 +43,10 @@ def test_daemon_without_an_asr_export_announces_but_does_not_listen(tmp_path, br
     daemon.config.write_text(f"asr:\n  model: {tmp_path / 'no-export'}\n")
     try:
         daemon.start().wait_running()
-        messages = [line.get("msg", "") for line in daemon.log_lines()]
-        assert "not listening: no ASR model present" in messages
+        lines = [line for line in daemon.log_lines()
+                 if line.get("msg", "").startswith("not listening: no ASR model present")]
+        assert len(lines) == 1 and lines[0]["level"] == "warning"
+        assert "pip install './tools[export]'" in lines[0]["msg"]  # the next step
+        assert "edge-export whisper --source whisper-tiny.en" in lines[0]["msg"]
     finally:
         daemon.close()

@@ -146,6 +146,7 @@ def test_a_missing_export_says_how_to_make_one(tmp_path, espeak_clips):
     result = run_cli("transcribe", str(espeak_clips[0].path), "--set", f"asr.model={tmp_path / 'none'}")
     assert result.returncode == 2
     assert "no exported Whisper" in result.stderr and "edge-export whisper" in result.stderr
+    assert "pip install './tools[export]'" in result.stderr  # where edge-export comes from
 
 
 def test_five_minute_file_is_transcribed_utterance_by_utterance(tmp_path, whisper_dir, espeak_clips,
