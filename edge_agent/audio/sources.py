@@ -216,7 +216,22 @@ class PcmStreamSource:
 
 
 def open_pcm_stdin(rate: int, channels: int, width: int = 2) -> PcmStreamSource:
-    """Raw PCM on standard input."""
+    """Raw PCM on standard input, refused where it plainly is not (a terminal, a WAV file).
+
+    Raw PCM carries no format, so what it is taken for is said in each refusal: `rate` Hz,
+    `channels` channels, `width` bytes a sample (16 kHz mono 16-bit unless told otherwise).
+    """
+    taken_for = f"raw {8 * width}-bit little-endian PCM at {rate} Hz, {channels} channel(s)"
+    if os.isatty(0):
+        raise AudioError(f"'-' reads {taken_for} from standard input, which is a terminal: pipe audio "
+                         "in (e.g. `arecord -t raw -f S16_LE -r 16000 -c 1 | ...`) or give a WAV file")
+    try:
+        head = os.pread(0, 4, 0)  # a regular file (`< x.wav`) can be looked at without reading it
+    except OSError:  # a pipe: nothing to look at before reading
+        head = b""
+    if head == b"RIFF":
+        raise AudioError(f"standard input holds a WAV file, but '-' reads {taken_for}: "
+                         "give the file's path instead of '-'")
     return PcmStreamSource(os.fdopen(os.dup(0), "rb", buffering=0), rate, channels, width)
 
 

@@ -23,14 +23,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
         description="Listen as the daemon does (listen.mode: wake or always) on the microphone, a "
                     "PCM WAV file or raw 16-bit little-endian PCM on stdin ('-'), and print each "
                     "wake word, transcript and end of turn.")
-    p.add_argument("--input", metavar="FILE.wav", help="a WAV file, or '-' for raw PCM on stdin "
+    p.add_argument("--input", metavar="FILE.wav", help="a WAV file, or '-' for raw 16-bit PCM on stdin "
+                   "at --rate (16 kHz) and --channels (mono) "
                    "(default: the configured input: audio.input_command, input_pipe, input_file or the "
                    "microphone)")
     p.add_argument("--mode", choices=("wake", "always"), help="override listen.mode")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per line: {\"event\": \"wake\"|\"transcript\"|\"turn_end\", ...}")
-    p.add_argument("--rate", type=int, default=16000, help="sample rate of raw PCM on stdin (Hz)")
-    p.add_argument("--channels", type=int, default=1, help="channels of raw PCM on stdin")
+    p.add_argument("--rate", type=int, default=16000,
+                   help="sample rate of raw PCM on stdin (Hz; default 16000: say so for other rates)")
+    p.add_argument("--channels", type=int, default=1, help="channels of raw PCM on stdin (default 1)")
     p.set_defaults(handler=run)
 
 

@@ -25,8 +25,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     p.add_argument("file", metavar="FILE.wav")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per line: {\"text\", \"start\", \"end\"} (seconds)")
-    p.add_argument("--rate", type=int, default=16000, help="sample rate of raw PCM on stdin (Hz)")
-    p.add_argument("--channels", type=int, default=1, help="channels of raw PCM on stdin")
+    p.add_argument("--rate", type=int, default=16000,
+                   help="sample rate of raw PCM on stdin (Hz; default 16000: say so for other rates)")
+    p.add_argument("--channels", type=int, default=1, help="channels of raw PCM on stdin (default 1)")
     p.set_defaults(handler=run)
 
 
