@@ -312,7 +312,7 @@ class Journal:
             ann = Announcement.from_json(rec["a"])
             self._entries[ann.id] = Entry("queued", ts, ann)
         elif op == "seen":
-            self._entries[rec["id"]] = Entry(rec["state"], ts, None, 0, rec.get("extra", {}))
+            self._entries[rec["id"]] = Entry(rec["state"], ts, None, extra=rec.get("extra", {}))
         else:
             entry = self._entries[rec["id"]]
             entry.ts = ts
@@ -323,7 +323,7 @@ class Journal:
                 entry.spent_s = float(rec.get("spent_s", 0.0))  # absent in older journals
             elif op == "finish":
                 entry.state, entry.announcement = rec["state"], None
-                entry.extra = {k: rec[k] for k in ("engine", "error", "truncated") if k in rec}
+                entry.extra = {k: rec[k] for k in ("engine", "error", "truncated", "played") if k in rec}
                 self._entries.move_to_end(rec["id"])
             else:
                 raise ValueError(f"unknown op {op!r}")

@@ -36,6 +36,21 @@ def test_the_same_id_is_accepted_once_even_after_reopening(tmp_path):
     assert found.pending == [] and found.interrupted == []
 
 
+def test_an_unplayed_announcement_is_still_unplayed_after_reopening(tmp_path):
+    """A redelivered id is answered with the stored outcome: `played: false` must not turn into a
+    plain `done` across a restart, nor after the compaction each opening makes."""
+    journal, _ = open_journal(tmp_path)
+    journal.accept(ann("a"))
+    journal.start("a")
+    journal.finish("a", "done", engine="local", played=False, error="not played: audio.output is null")
+    journal.close()
+    for _ in range(2):  # the replayed `finish` record, then the compacted one
+        journal, _ = open_journal(tmp_path)
+        assert journal.get("a").extra == {"engine": "local", "played": False,
+                                          "error": "not played: audio.output is null"}
+        journal.close()
+
+
 def test_accepted_announcements_survive_and_come_back_pending(tmp_path):
     journal, _ = open_journal(tmp_path)
     for name in ("a", "b", "c"):
