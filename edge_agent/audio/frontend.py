@@ -14,12 +14,14 @@ without knowing. The work is done in 10 ms frames:
    takes a level within 18 dB of the recent noise floor for noise, so a fan or babble is not
    lifted into the wake word (in `bench hear --room` the faster gain cost 12 of the 14 detections
    the chain now finds in fan noise at 10 dB);
-3. noise suppression: speex's spectral suppressor through `pyspeex-noise` (what Home Assistant's
-   pipeline uses; a 145 kB wheel against WebRTC's 8.9 MB). At a true 10 dB SNR without a room,
-   WebRTC's (`webrtc-noise-gain`, wyoming-satellite's) did as well or a little better (pink 12 of 12
-   against 10 behind our gain), neither helps in babble; in the simulated room only speex was run.
-   Alone, speex removes speech quieter than about -40 dBFS with the noise (0 of 12 found): hence
-   the gain first, and a warning when suppression is on without it.
+3. noise suppression, whose by `audio.noise_suppressor`: WebRTC's (`webrtc-noise-gain`,
+   wyoming-satellite's) by default, or speex's spectral suppressor (`pyspeex-noise`, Home
+   Assistant's pipeline's; a 145 kB wheel against WebRTC's 8.9 MB). In `bench hear --room`
+   WebRTC's found as many wake words in noise as speex's behind a gain and lost fewer words in the
+   quiet room (figures in `AudioSettings.noise_suppressor`); at a true 10 dB SNR without a room it
+   did as well or a little better (pink 12 of 12 against 10 behind our gain); neither helps in
+   babble. Alone, speex removes speech quieter than about -40 dBFS with the noise (0 of 12 found):
+   hence the gain first, and a warning when speex suppresses without it.
 
 A live source whose consumer has fallen more than `BEHIND_S` behind the microphone passes
 blocks through unprocessed until it has caught up (counted in `skipped`): the front end

@@ -4,7 +4,7 @@
   (`messages`), audio codecs (`codecs`), the key exchange and key loading (`auth`), framed
   connections and TLS contexts (`transport`). It imports neither side.
 - `client/`: the device's side: the connection to one server (`connection`), a stream read
-  sentence by sentence (`stream`), the circuit breaker (`breaker`), several servers (`pool`) and
+  sentence by sentence (`stream`), the circuit breaker (`breaker`), several servers (`servers`) and
   the `Synthesizer` that routes between them and the local voice (`router`).
 - `server/`: `edge-agent serve`: connections and sessions (`synth_server`), handshake admission
   (`admission`), the synthesis workers (`scheduler`), its numbers (`server_metrics`) and their HTTP
