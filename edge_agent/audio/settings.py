@@ -19,7 +19,10 @@ class AudioSettings:
     output_device: str | None = None
     """PortAudio output device name or index; None is the system default."""
     fallback: Literal["wav", "null", "error"] = "null"
-    """What to do when the sound card cannot be opened."""
+    """What to do when the sound card (or `output_command`) cannot be opened: `null` discards the
+    audio (said once in the log; each announcement ends `done` with `played: false`), `wav` writes
+    it to `fallback_dir`, `error` fails the announcement. `say` without `--out` never discards:
+    with `null` it exits 2 naming the ways round."""
     fallback_dir: Path = field(default_factory=lambda: state_home() / "audio")
     """Where WAV fallback output is written."""
     volume: float = 1.0
