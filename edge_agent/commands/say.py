@@ -51,9 +51,9 @@ def read_text(arg: str) -> str:
 
 def open_out(path: Path, sample_rate: int, volume: float) -> Sink:
     if path.is_dir():
-        raise UsageError(f"--out {path}: is a directory")
+        raise UsageError(f"--out {path}: is a directory (name a file in it, e.g. {path / 'speech.wav'})")
     if path.suffix.lower() != ".wav":
-        raise UsageError(f"--out {path}: only .wav files are written")
+        raise UsageError(f"--out {path}: only .wav files are written (e.g. --out {path.with_suffix('.wav')})")
     return WavSink(path, sample_rate, volume)
 
 
@@ -72,10 +72,12 @@ def open_sink(out: Path | None, audio: AudioSettings, sample_rate: int) -> Sink:
         raise AudioUnavailable(f"{exc}, or write a file with --out FILE.wav") from None
 
 
-def report_file(args: argparse.Namespace, sink: Sink, audio_s: float, detail: str = "") -> None:
-    """Where the audio went when it went to a file (--out, or the WAV fallback)."""
+def report_file(args: argparse.Namespace, audio: AudioSettings, sink: Sink, audio_s: float,
+                detail: str = "") -> None:
+    """Where the audio went when it went to a file (--out, audio.output wav, or the WAV fallback)."""
     if isinstance(sink, WavSink):
-        where = "" if args.out is not None else " (no sound output: audio.fallback is wav)"
+        chosen = args.out is not None or (audio.output == "wav" and audio.output_command is None)
+        where = "" if chosen else " (no sound output: audio.fallback is wav)"
         print(f"{sink.path}: {audio_s:.2f} s at {sink.sample_rate} Hz{detail}{where}")
 
 
@@ -115,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     sink.close()
     log.info("spoke %.2f s of audio in %d sentences; first audio after %.3f s",
              stats.audio_s, stats.sentences, stats.first_audio_s or 0.0)
-    report_file(args, sink, stats.audio_s)
+    report_file(args, settings.audio, sink, stats.audio_s)
     return 0
 
 
@@ -152,5 +154,5 @@ def _run_routed(args: argparse.Namespace, ctx: Context, text: str) -> int:
               f"(offload {servers} unavailable or failing)", file=sys.stderr)
     log.info("spoke %.2f s of audio in %d sentences (%s); first audio after %.3f s",
              stats.audio_s, stats.sentences, used, stats.first_audio_s or 0.0)
-    report_file(args, sink, stats.audio_s, f" (engine: {used})")
+    report_file(args, settings.audio, sink, stats.audio_s, f" (engine: {used})")
     return 0

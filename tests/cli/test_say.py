@@ -60,7 +60,8 @@ def test_unwritable_out_is_exit_2_with_one_line(tmp_path, target):
 
 
 def test_out_must_be_a_wav(tmp_path):
-    assert "only .wav" in one_error_line(run_cli("say", "hi", "--out", str(tmp_path / "x.mp3")))
+    line = one_error_line(run_cli("say", "hi", "--out", str(tmp_path / "x.mp3")))
+    assert "only .wav" in line and f"--out {tmp_path / 'x.wav'}" in line
 
 
 def test_bad_config_names_the_key_path(tmp_path):
@@ -112,6 +113,14 @@ def test_say_tells_where_the_wav_fallback_went(tmp_path):
     written = list(fallback.glob("*.wav"))
     assert len(written) == 1
     assert result.stdout.startswith(f"{written[0]}: ") and "audio.fallback is wav" in result.stdout
+
+
+def test_say_to_wav_files_by_choice_prints_the_path_without_a_fallback_note(tmp_path):
+    result = run_cli("say", "Hello", "--set", "audio.output=wav", "--set", f"audio.fallback_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    written = list(tmp_path.glob("*.wav"))
+    assert len(written) == 1 and result.stdout.startswith(f"{written[0]}: ")
+    assert "fallback" not in result.stdout and result.stderr == ""
 
 
 def test_the_wav_say_writes_follows_the_umask(tmp_path):
