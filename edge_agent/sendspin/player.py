@@ -129,6 +129,11 @@ class SendspinPlayer:
         """The player's Sendspin id (its public key), once started."""
         return None if self._client is None else str(self._client.identity.peer_id)
 
+    @property
+    def connected(self) -> bool:
+        """A server holds the player."""
+        return self._client is not None and bool(self._client.connected)
+
     # -- what the daemon calls -------------------------------------------------------------------
 
     def duck(self, reason: str = "speech") -> None:

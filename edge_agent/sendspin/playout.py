@@ -179,8 +179,9 @@ class Playout:
             sink.close()
         except AudioError as exc:
             log.warning("sendspin: closing %s: %s", name, exc, extra={"stream": stream.id})
-        log.info("sendspin: output %s closed after %.1f s (%s)", name, written / rate, reason,
-                 extra={"stream": stream.id})
+        level = logging.INFO if reason == "ended" else logging.WARNING
+        log.log(level, "sendspin: output %s closed after %.1f s (%s)", name, written / rate, reason,
+                extra={"stream": stream.id})
 
     def _first_block(self, stream: Stream) -> int | None:
         """Place the cursor on the first buffered sample and wait for its time; the local µs the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 import numpy as np
 
@@ -46,7 +47,9 @@ def test_a_stream_arrives_and_its_samples_land_on_the_output_timeline(tmp_path):
     count = len(source) - at.src - round(0.1 * RATE)  # all the rest of the stream, sample for sample
     played = out.samples[at.out:at.out + count]
     assert len(played) == count
-    assert np.max(np.abs(played - source[at.src:at.src + count])) < 1e-3
+    wrong = np.nonzero(np.abs(played - source[at.src:at.src + count]) > 1e-3)[0]
+    assert len(wrong) == 0, (f"the output leaves the stream {wrong[0] / RATE:.3f} s in "
+                             f"({player.playout.stats}, {player.status()})")
     first = np.nonzero(np.abs(out.samples) > 1e-3)[0][0]
     first_audio_s = (out.time_us(first) - started) / 1e6
     print(f"one player: first audio {first_audio_s:.3f} s after the stream started")
@@ -221,3 +224,29 @@ def test_a_stream_in_a_format_we_cannot_decode_is_refused_with_a_status(tmp_path
     assert "codec 'flac' is not decoded here" in status["error"]
     assert player.playout.stream is None and player.playout.stats.segments == []
     assert "the server sent a stream we cannot play" in caplog.text
+
+
+def test_the_server_finds_the_player_by_zeroconf_and_connects_as_music_assistant_does(tmp_path):
+    from tests.mdns_support import browse
+
+    async def scenario():
+        player = make_player(tmp_path, "kitchen speaker", zeroconf=True)
+        await player.start()
+        music = MusicServer()
+        try:
+            seen = await browse("_sendspin._tcp.local.", "kitchen speaker._sendspin._tcp.local.", 10)
+            assert (seen.port, seen.properties["path"], seen.properties["name"]) == (
+                player.port, "/sendspin", "kitchen speaker")
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            await music.server.start_server(port=port, host="127.0.0.1", advertise_addresses=["127.0.0.1"],
+                                            discover_clients=True)
+            await until(lambda: music.server.get_client(player.client_id or "") is not None, 20,
+                        "the server dialing the advertised player")
+            await until(lambda: player.connected, 10, "the player connected")
+        finally:
+            await music.close()
+            await player.stop()
+
+    asyncio.run(scenario())
