@@ -122,6 +122,9 @@ class SendspinPlayer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._save_handle: asyncio.TimerHandle | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._refused: StreamFormat | None = None
+        """The format of the stream refused last: its chunks are dropped without a word."""
+        self._state_pending = False
         self.port = settings.port
 
     @property
@@ -294,18 +297,23 @@ class SendspinPlayer:
             return
         info = self._client.server_info
         self.server = getattr(info, "name", None) or getattr(info, "server_id", None)
+        self._begin(StreamFormat(str(player.codec.value), player.sample_rate, player.channels,
+                                 player.bit_depth))
+
+    def _begin(self, fmt: StreamFormat) -> Stream | None:
+        """A new stream in `fmt` (or the same stream in a new format): its own timeline."""
         self.streams += 1
         stream_id = str(self.streams)
-        fmt = StreamFormat(str(player.codec.value), player.sample_rate, player.channels,
-                           player.bit_depth)
         try:
             fmt.check()
         except UnsupportedFormat as exc:
+            self._refused = fmt
             self._set_state("unsupported format", f"stream {stream_id}: {exc}")
             log.error("sendspin: the server sent a stream we cannot play: %s; it is ignored until "
                       "the next stream", exc, extra={"stream": stream_id})
             self.playout.set_stream(None)
-            return
+            return None
+        self._refused = None
         max_samples = round(self.settings.max_buffer_s * fmt.rate)
         stream = Stream(stream_id, fmt, Timeline(fmt.rate, max_samples),
                         to_server=self._client.compute_server_time,
@@ -314,13 +322,18 @@ class SendspinPlayer:
                  fmt.codec, fmt.rate, fmt.channels, fmt.bit_depth, extra={"stream": stream_id})
         self.playout.set_stream(stream)
         self._set_state("connected", None)
+        return stream
 
     def _on_chunk(self, server_us: int, payload: bytes, fmt: Any, _send_ahead: int) -> None:
+        pcm = fmt.pcm_format
+        arrived = StreamFormat(str(fmt.codec.value), pcm.sample_rate, pcm.channels, pcm.bit_depth)
         stream = self.playout.stream
-        if stream is None:
-            return  # no stream we can play (an unsupported one): dropped
-        if str(fmt.codec.value) != stream.format.codec or fmt.pcm_format.sample_rate != stream.format.rate:
-            return  # the format changed under us without a stream/start we accepted
+        if arrived == self._refused:
+            return  # a stream we cannot play: dropped, said once
+        if stream is None or arrived != stream.format:  # a format change mid-stream starts afresh
+            stream = self._begin(arrived)
+            if stream is None:
+                return
         samples = stream.format.decode(payload)
         max_ahead = round(self.settings.max_ahead_s * stream.format.rate)
         with self.playout.lock:
@@ -346,6 +359,7 @@ class SendspinPlayer:
             log.info("sendspin: stream %s ended (%d chunks, %d late, %d refused, %d dropped)", stream.id,
                      stream.timeline.stats.chunks, stream.timeline.stats.late, stream.timeline.stats.ahead,
                      stream.timeline.stats.overflow, extra={"stream": stream.id})
+        self._refused = None
         self.playout.set_stream(None)
         self._set_state("connected", None)
 
@@ -361,6 +375,7 @@ class SendspinPlayer:
         if self.playout.stream is not None:
             log.warning("sendspin: the server went away mid-stream; the music stops, the device carries on",
                         extra={"stream": self.playout.stream.id})
+        self._refused = None
         self.playout.set_stream(None)
         self._set_state("idle", None)
 
@@ -398,19 +413,21 @@ class SendspinPlayer:
         loop.run_in_executor(None, save)
 
     def _send_state(self) -> None:
+        """Tell the server the volume and mute; a flood of changes is one message with the last."""
         client = self._client
-        if client is None or not client.connected:
+        if client is None or not client.connected or self._state_pending or self._loop is None:
             return
-        with self._flags:
-            volume, muted = self._volume, self._muted
+        self._state_pending = True
 
         async def send() -> None:
+            self._state_pending = False  # a change from here on sends again
+            with self._flags:
+                volume, muted = self._volume, self._muted
             try:
                 await client.send_player_state(available=True, volume=volume, muted=muted)
             except Exception as exc:  # the server left meanwhile
                 log.debug("sendspin: state not sent: %s", exc)
 
-        assert self._loop is not None
         self._loop.create_task(send())
 
     def _output_state(self, stream_id: str, state: str) -> None:

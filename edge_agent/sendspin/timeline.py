@@ -13,6 +13,7 @@ Pure state, no I/O and no clock: the caller says what "now" is. Memory is bounde
 
 from __future__ import annotations
 
+import bisect
 import collections
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,9 @@ from edge_agent.errors import AudioError
 WIDTHS = {16: 2, 24: 3, 32: 4}
 """PCM bit depths we decode, in bytes per sample."""
 MIN_RATE, MAX_RATE = 8000, 192000
+MAX_CHUNKS = 4096
+"""Chunks held at most (Music Assistant sends 20-25 ms ones: 100 s of them); a server sending
+tiny ones fills this before `max_samples`, so no bookkeeping grows with what it sends."""
 
 
 class UnsupportedFormat(AudioError):
@@ -107,12 +111,12 @@ class Timeline:
         if cursor is not None and start - cursor > max_ahead:
             self.stats.ahead += 1
             return "ahead"
-        if self._held + len(samples) > self.max_samples:
+        if self._held + len(samples) > self.max_samples or len(self._chunks) >= MAX_CHUNKS:
             self.stats.overflow += 1
             return "overflow"
-        if self._chunks and start < self._chunks[-1][0]:  # out of order: keep the deque sorted
-            ordered = sorted([*self._chunks, (start, samples)], key=lambda c: c[0])
-            self._chunks = collections.deque(ordered)
+        if self._chunks and start < self._chunks[-1][0]:  # out of order: insert in place
+            at = bisect.bisect_right(self._chunks, start, key=lambda c: c[0])
+            self._chunks.insert(at, (start, samples))
         else:
             self._chunks.append((start, samples))
         self._held += len(samples)

@@ -250,3 +250,36 @@ def test_the_server_finds_the_player_by_zeroconf_and_connects_as_music_assistant
             await player.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_format_change_mid_stream_plays_on_in_the_new_format(tmp_path):
+    from aiosendspin.server import AudioCodec, AudioFormat
+
+    source = noise(3.0, seed=5)
+
+    async def scenario():
+        player = make_player(tmp_path, "kitchen")
+        await player.start()
+        music = MusicServer()
+        try:
+            client = await music.join(player)
+            role = client.roles_by_family("player")[0]
+
+            async def switch(block):
+                if block == 60:
+                    await until(lambda: player.state == "playing", 10, "playing")
+                    assert role.set_preferred_format(AudioFormat(44100, 24, 1), AudioCodec.PCM)
+                return False
+
+            _, stream = await music.stream([client], source, on_block=switch)
+            await until(lambda: any(s.rate == 44100 for s in player.playout.stats.segments), 10,
+                        "a 44.1 kHz segment")
+            stream.stop()
+            return player
+        finally:
+            await music.close()
+            await player.stop()
+
+    player = asyncio.run(scenario())
+    rates = [s.rate for s in player.playout.stats.segments]
+    assert rates[0] == RATE and rates[-1] == 44100

@@ -11,7 +11,7 @@ import pytest
 from edge_agent.audio.sinks import WavSink
 from edge_agent.audio.wav import read_wav
 from edge_agent.sendspin.playout import Playout, Stream
-from edge_agent.sendspin.timeline import StreamFormat, Timeline, UnsupportedFormat
+from edge_agent.sendspin.timeline import MAX_CHUNKS, StreamFormat, Timeline, UnsupportedFormat
 from tests.waiting import wait_until
 
 RATE = 48000
@@ -69,6 +69,19 @@ def test_blocks_come_off_the_grid_contiguously_with_silence_where_nothing_arrive
     assert filled == 200
     assert np.all(block[:100] == 0.5) and np.all(block[100:150] == 0) and np.all(block[150:250] == 0.25)
     assert timeline.held == 0
+
+
+def test_chunks_out_of_order_take_their_place_and_tiny_ones_cannot_grow_the_bookkeeping():
+    timeline = Timeline(RATE, max_samples=RATE)
+    for grid, level in ((0, 0.1), (300, 0.3), (200, 0.2)):  # the last one arrives late, out of order
+        timeline.push(round(grid * 1e6 / RATE), np.full(100, level, dtype=np.float32), 0, RATE)
+    block, filled = timeline.take(0, 400)
+    assert filled == 300
+    assert np.allclose(block, np.repeat(np.float32([0.1, 0.0, 0.2, 0.3]), 100))
+    flood = Timeline(RATE, max_samples=10 * RATE)
+    one = np.zeros(1, dtype=np.float32)
+    outcomes = [flood.push(round(i * 1e6 / RATE), one, 0, 60 * RATE) for i in range(MAX_CHUNKS + 100)]
+    assert outcomes.count("overflow") == 100 and flood.held == MAX_CHUNKS
 
 
 class JumpingClock:
