@@ -16,6 +16,7 @@ from tests.sendspin.sendspin_support import (  # noqa: E402
     RATE,
     MusicServer,
     heard,
+    locate,
     make_player,
     noise,
     place,
@@ -44,12 +45,21 @@ def test_a_stream_arrives_and_its_samples_land_on_the_output_timeline(tmp_path):
     [out] = heard(player, tmp_path / "kitchen" / "out")
     at = place(out, source)
     assert at.peak > 0.999, f"the output is not the stream (correlation {at.peak:.3f})"
-    count = len(source) - at.src - round(0.1 * RATE)  # all the rest of the stream, sample for sample
+    count = len(source) - at.src - round(0.1 * RATE)  # all the rest of the stream
     played = out.samples[at.out:at.out + count]
     assert len(played) == count
-    wrong = np.nonzero(np.abs(played - source[at.src:at.src + count]) > 1e-3)[0]
-    assert len(wrong) == 0, (f"the output leaves the stream {wrong[0] / RATE:.3f} s in "
-                             f"({player.playout.stats}, {player.status()})")
+    resyncs = player.playout.stats.resyncs
+    if resyncs == 0:  # sample for sample
+        wrong = np.nonzero(np.abs(played - source[at.src:at.src + count]) > 1e-3)[0]
+        assert len(wrong) == 0, f"the output leaves the stream {wrong[0] / RATE:.3f} s in ({player.status()})"
+    else:  # the clock filter moved more than the tolerance (a loaded machine): every piece is still
+        # the stream, each where the clock put it, none further than sync allows
+        starts = range(at.out, at.out + count - RATE // 4, RATE // 4)
+        found = [(i, *locate(source, out.samples[i:i + RATE // 5])) for i in starts]
+        exact = [(i, src) for i, src, peak in found if peak > 0.999]
+        assert len(found) - len(exact) <= resyncs  # only a piece across a move may be mixed
+        shifts = {i - src for i, src in exact}
+        assert len(shifts) <= 1 + resyncs and max(abs(d - (at.out - at.src)) for d in shifts) < 0.02 * RATE
     first = np.nonzero(np.abs(out.samples) > 1e-3)[0][0]
     first_audio_s = (out.time_us(first) - started) / 1e6
     print(f"one player: first audio {first_audio_s:.3f} s after the stream started")
