@@ -373,8 +373,8 @@ class SendspinPlayer:
 
     def _on_disconnect(self) -> None:
         if self.playout.stream is not None:
-            log.warning("sendspin: the server went away mid-stream; the music stops, the device carries on",
-                        extra={"stream": self.playout.stream.id})
+            log.warning("sendspin: the server disconnected during a stream; the music stops, the device "
+                        "carries on", extra={"stream": self.playout.stream.id})
         self._refused = None
         self.playout.set_stream(None)
         self._set_state("idle", None)
