@@ -178,8 +178,9 @@ class SendspinPlayer:
 
     def status(self) -> dict[str, Any]:
         """For the device's status topic."""
+        state = "connected" if self.state == "idle" and self.connected else self.state
         with self._flags:
-            doc: dict[str, Any] = {"state": self.state, "volume": self._volume, "muted": self._muted,
+            doc: dict[str, Any] = {"state": state, "volume": self._volume, "muted": self._muted,
                                    "ducked": bool(self._ducks), "paused": bool(self._pauses)}
         if self.server is not None:
             doc["server"] = self.server

@@ -112,6 +112,7 @@ def test_a_server_that_vanishes_mid_stream_leaves_the_player_working(tmp_path, c
         try:
             first = MusicServer("first")
             client = await first.join(player)
+            await until(lambda: player.status()["state"] == "connected", 10, "the status saying connected")
 
             async def vanish(block):
                 if block == 40:
