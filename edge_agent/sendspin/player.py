@@ -141,22 +141,29 @@ class SendspinPlayer:
 
     def duck(self, reason: str = "speech") -> None:
         """Lower the music to `duck_level` until `restore(reason)` (several reasons nest)."""
-        with self._flags:
-            self._ducks.add(reason)
+        self._cue(self._ducks, reason, add=True, what="ducked")
 
     def restore(self, reason: str = "speech") -> None:
-        with self._flags:
-            self._ducks.discard(reason)
+        self._cue(self._ducks, reason, add=False, what="ducked")
 
     def pause(self, reason: str = "turn") -> None:
         """Silence the music here until `resume(reason)`; the group's timeline runs on, so it comes
         back in sync."""
-        with self._flags:
-            self._pauses.add(reason)
+        self._cue(self._pauses, reason, add=True, what="paused")
 
     def resume(self, reason: str = "turn") -> None:
+        self._cue(self._pauses, reason, add=False, what="paused")
+
+    def _cue(self, held: set[str], reason: str, *, add: bool, what: str) -> None:
         with self._flags:
-            self._pauses.discard(reason)
+            before = bool(held)
+            if add:
+                held.add(reason)
+            else:
+                held.discard(reason)
+            after = bool(held)
+        if before != after:
+            log.info("sendspin: music %s (%s)", what if after else f"no longer {what}", reason)
 
     def gain(self) -> float:
         """The music's gain now: volume (Sendspin's perceived curve), mute, pause, ducking."""
