@@ -36,6 +36,7 @@ from edge_agent.models.catalog import load_catalog
 from edge_agent.models.settings import ModelSettings
 from edge_agent.mqtt.settings import MqttSettings
 from edge_agent.safeyaml import YamlLimits, load_yaml, load_yaml_file
+from edge_agent.sendspin.settings import SendspinSettings
 from edge_agent.tts.settings import TtsSettings
 from edge_agent.typedtree import build, describe, merge
 from edge_agent.wake.settings import WAKE_BUILTIN, WakeSettings
@@ -45,9 +46,9 @@ __all__ = [
     "CONFIG_ENV", "FLEET_ALWAYS_PROTECTED", "WAKE_BUILTIN", "AnnouncementSettings", "AsrSettings",
     "AudioSettings", "CudaSettings", "DaemonSettings", "DeviceSettings", "Endpoint", "EsphomeSettings",
     "FleetSettings", "HermesSettings", "ListenSettings", "LoggingSettings", "ModelSettings", "MqttSettings",
-    "OffloadSettings", "RuntimeSettings", "ServerSettings", "Settings", "TensorrtSettings", "TtsSettings",
-    "VadSettings", "WakeSettings", "WyomingSettings", "load_settings", "parse_override", "parse_uri",
-    "validate",
+    "OffloadSettings", "RuntimeSettings", "SendspinSettings", "ServerSettings", "Settings",
+    "TensorrtSettings", "TtsSettings", "VadSettings", "WakeSettings", "WyomingSettings", "load_settings",
+    "parse_override", "parse_uri", "validate",
 ]
 """Each package's settings live beside it (`audio/settings.py`, ...); they are named here too, so
 `from edge_agent.config import AudioSettings` keeps working for the code that assembles settings."""
@@ -444,6 +445,7 @@ class Settings:
     wyoming: WyomingSettings = field(default_factory=WyomingSettings)
     hermes: HermesSettings = field(default_factory=HermesSettings)
     esphome: EsphomeSettings = field(default_factory=EsphomeSettings)
+    sendspin: SendspinSettings = field(default_factory=SendspinSettings)
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -44,10 +44,13 @@ class ControlState:
     """0..1 as last set by the user; None: `audio.volume` from the config."""
     wake_words: tuple[str, ...] | None = None
     """Wake models chosen in Home Assistant (the ESPHome API); None: `wake.models` from the config."""
+    media_muted: bool = False
+    """The media player's mute (music from Sendspin): announcements, timers and answers still speak."""
 
     def to_json(self) -> dict[str, Any]:
         wake = None if self.wake_words is None else list(self.wake_words)
-        return {"mic_muted": self.mic_muted, "volume": self.volume, "wake_words": wake}
+        return {"mic_muted": self.mic_muted, "volume": self.volume, "wake_words": wake,
+                "media_muted": self.media_muted}
 
 
 class ControlStore:
@@ -80,8 +83,13 @@ class ControlStore:
             log.warning("%s: wake_words %.80r is not a list of model names; the config's wake.models "
                         "apply", self.path, wake)
             wake = None
+        media_muted = doc.get("media_muted", False)
+        if not isinstance(media_muted, bool):
+            log.warning("%s: media_muted %.40r is not true/false; the music is not muted", self.path,
+                        media_muted)
+            media_muted = False
         return ControlState(mic_muted=doc["mic_muted"], volume=None if volume is None else float(volume),
-                            wake_words=None if wake is None else tuple(wake))
+                            wake_words=None if wake is None else tuple(wake), media_muted=media_muted)
 
     def save(self, state: ControlState) -> None:
         """Replace the stored state durably; `OSError` if it cannot be written."""

@@ -31,7 +31,7 @@ from edge_agent.asr.manifest import EXPORT_HINT
 from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.audio.frontend import FrontEndSource
 from edge_agent.audio.reference import PlaybackReference, ReferenceSink
-from edge_agent.audio.sinks import AudioOutput
+from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
 from edge_agent.audio.sources import CommandSource, release_pipes
 from edge_agent.config import WAKE_BUILTIN, Settings, load_settings
 from edge_agent.controls import ControlState, ControlStore
@@ -51,6 +51,7 @@ from edge_agent.mqtt.outbox import KEEP, KEEP_LEAST, KEEP_MOST, Message
 from edge_agent.mqtt.topics import Topics
 from edge_agent.offload.client import make_synthesizer
 from edge_agent.providers import for_use
+from edge_agent.sendspin.cues import MusicCues
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Synthesizer
@@ -59,6 +60,7 @@ from edge_agent.wyoming.service import WyomingService, load_transcriber, load_wa
 
 if TYPE_CHECKING:
     from edge_agent.esphome.service import EsphomeService
+    from edge_agent.sendspin.player import SendspinPlayer
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +121,13 @@ class Daemon:
 
     # What the user changed at run time (`_load_controls`, kept in `controls`).
     _mic_muted: bool
+    _media_muted: bool
     _user_volume: float | None
     _user_wake: tuple[str, ...] | None
     _config_volume: float
+    music: MusicCues
+    sendspin: SendspinPlayer | None = None
+    """The Sendspin player once it runs (`sendspin.enabled`)."""
 
     def __init__(self, source: SettingsSource, *,
                  synthesizer_factory: SynthesizerFactory = routed_synthesizer,
@@ -182,7 +188,7 @@ class Daemon:
         observers: list[HearObserver] = [HearPublisher(self._publish, lambda: self.topics)]
         if self.hermes is not None:
             observers.append(self.hermes)
-        observers.append(self.remote)
+        observers += [self.remote, *self._music_cues()]
         self.turns = Conversation(self.announcements, lambda: self.settings, self.metrics, observers,
                                   chime=lambda name: _chime(self.announcements.speaking.opener, name),
                                   open_turn=self._open_turn)
@@ -216,6 +222,7 @@ class Daemon:
         self._start_listener()
         await self._start_wyoming()
         await self._start_esphome()
+        await self._start_sendspin()
         self._publish(self._status_message("online"))
         tasks = [asyncio.create_task(self._heartbeat(), name="heartbeat"),
                  asyncio.create_task(self._fleet_worker(), name="fleet")]
@@ -233,6 +240,8 @@ class Daemon:
             await self.wyoming.stop()
         if self.esphome is not None:
             await self.esphome.stop()
+        if self.sendspin is not None:
+            await self.sendspin.stop()
         await asyncio.to_thread(self._shutdown)
         log.info("stopped")
         return 0
@@ -343,6 +352,8 @@ class Daemon:
             doc["listen"] = self.listening
             if self.satellite is not None:
                 doc["satellite"] = self.satellite.status()
+            if self.sendspin is not None:
+                doc["music"] = self.sendspin.status()
         return Message.json(self.topics.status, doc, qos=1, retain=True, coalesce=True)
 
     def _journal_error(self, error: str | None) -> None:
@@ -586,6 +597,37 @@ class Daemon:
             return
         self.esphome = service
 
+    def _music_cues(self) -> list[HearObserver]:
+        """`music`, which ducks or pauses the Sendspin music for what the device says and hears:
+        told the announcements' statuses, and the turns through the list returned."""
+        self.music = MusicCues(pause_on_wake=self.settings.sendspin.pause_on_wake)
+        if not self.settings.sendspin.enabled:
+            return []
+        self.announcements.observe(self.music.on_announce_status)
+        return [self.music]
+
+    async def _start_sendspin(self) -> None:
+        """The Sendspin player on this loop (Music Assistant's multiroom music)."""
+        settings = self.settings.sendspin
+        if not settings.enabled:
+            return
+        from edge_agent.sendspin.player import SendspinPlayer, sendspin_missing
+
+        missing = sendspin_missing()
+        if missing is not None:
+            log.error("sendspin: %s", missing)
+            return
+        player = SendspinPlayer(settings, self.device, functools.partial(music_sink, self.settings),
+                                self.base.daemon.state_dir, controls=self,
+                                on_status=lambda: self._publish(self._status_message("online")))
+        try:
+            await player.start()
+        except OSError as exc:
+            log.error("sendspin: player not started: %s", exc)
+            return
+        self.sendspin = player
+        self.music.player = player
+
     def wake_offered(self) -> list[str]:
         """The wake models Home Assistant may choose from: the configured ones, then the built-in."""
         configured = list(self.base.wake.models)
@@ -657,6 +699,15 @@ class Daemon:
     def mic_muted(self) -> bool:
         return self._mic_muted
 
+    def media_muted(self) -> bool:
+        return self._media_muted
+
+    def set_media_muted(self, muted: bool) -> None:
+        """Mute the music (announcements still speak), kept across restarts."""
+        self._media_muted = muted
+        self._save_controls()
+        self._controls_changed()
+
     def set_mic_muted(self, muted: bool) -> None:
         """Close the microphone (the listener stops) or open it again, on the daemon loop; kept
         across restarts (saved before the command is acknowledged)."""
@@ -675,6 +726,7 @@ class Daemon:
         self._controls_lock = threading.Lock()
         controls = self.controls.load()
         self._mic_muted = controls.mic_muted
+        self._media_muted = controls.media_muted
         self._user_volume = controls.volume
         """The volume Home Assistant set, until a config changes `audio.volume`; None: the config's."""
         offered = self.wake_offered()
@@ -691,7 +743,7 @@ class Daemon:
         try:
             with self._controls_lock:  # the MQTT thread and a reload: each saves the whole state
                 self.controls.save(ControlState(mic_muted=self._mic_muted, volume=self._user_volume,
-                                                wake_words=self._user_wake))
+                                                wake_words=self._user_wake, media_muted=self._media_muted))
         except OSError as exc:
             log.error("cannot save the microphone mute and volume to %s (%s): they hold until the "
                       "daemon restarts", self.controls.path, exc.strerror or exc)
@@ -708,6 +760,8 @@ class Daemon:
         """Volume or mute changed (from any side): the ESPHome API's entities say so."""
         if self.esphome is not None:
             self.esphome.server.entities.refresh()
+        if self.sendspin is not None:
+            self.sendspin.controls_changed()
 
     async def _apply_mute(self) -> None:
         async with self._mute_lock:  # one switch at a time; the last request wins
@@ -738,6 +792,15 @@ def _close(synth: Synthesizer) -> None:
 
 def _tts_voices(settings: Settings) -> frozenset[str]:
     return frozenset(load_catalog(settings.models.catalog).ids(task="tts"))
+
+
+def music_sink(settings: Settings, rate: int, name: str) -> Sink:
+    """Where the music plays: `<out_dir>/<name>.wav`, else the announcements' output at full scale
+    (the player applies the volume itself)."""
+    if settings.daemon.out_dir is not None:
+        settings.daemon.out_dir.mkdir(parents=True, exist_ok=True)
+        return WavSink(settings.daemon.out_dir / f"{name}.wav", rate)
+    return AudioOutput(replace(settings.audio, volume=1.0)).open(rate, name)
 
 
 def default_opener(settings: Settings, reference: PlaybackReference | None = None) -> SinkOpener:

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 HEARING = ("asr", "vad", "wake")
 SPEAKING = ("tts",)
-ADAPTERS = ("wyoming", "hermes", "homeassistant", "esphome")
+ADAPTERS = ("wyoming", "hermes", "homeassistant", "esphome", "sendspin")
 """Triggers beside the MQTT transport: each calls `announce/` and the listener, never another adapter."""
 FLOWS = (*HEARING, *SPEAKING, "listen", "mqtt", *ADAPTERS, "announce", "offload", "fleet",
          "commands", "daemon", "cli")

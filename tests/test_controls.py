@@ -82,3 +82,14 @@ def test_a_state_that_cannot_be_written_raises(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(OSError):
         ControlStore(tmp_path / "file").save(ControlState(mic_muted=True))
+
+
+def test_the_music_mute_is_kept_and_a_bad_one_only_unmutes_the_music(tmp_path: Path, caplog) -> None:
+    store = ControlStore(tmp_path)
+    store.save(ControlState(mic_muted=False, media_muted=True))
+    assert store.load().media_muted is True
+    (tmp_path / "controls.json").write_text('{"mic_muted": true, "media_muted": "yes"}')
+    assert store.load() == ControlState(mic_muted=True, media_muted=False)
+    assert "media_muted 'yes' is not true/false" in caplog.text
+    (tmp_path / "controls.json").write_text('{"mic_muted": false}')  # written before it existed
+    assert store.load().media_muted is False

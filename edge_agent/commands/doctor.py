@@ -233,6 +233,20 @@ def _offload_probe(ctx: Context, uri: str, timeout: float) -> tuple[bool, str]:
     return True, detail
 
 
+def check_sendspin(ctx: Context) -> Check:
+    """Whether the Sendspin player can run here (needed only when `sendspin.enabled`)."""
+    from edge_agent.sendspin.player import sendspin_missing
+
+    enabled = ctx.settings.sendspin.enabled
+    missing = sendspin_missing()
+    if missing is not None:
+        return Check("sendspin", not enabled, enabled, missing if enabled else
+                     f"off (sendspin.enabled is false); {missing.removesuffix('; the music player is off')}")
+    port = ctx.settings.sendspin.port
+    return Check("sendspin", True, enabled, f"player on port {port}" if enabled else
+                 "off (sendspin.enabled is false); aiosendspin is installed")
+
+
 def run(args: argparse.Namespace) -> int:
     ctx = Context(args)
     probes: list[Callable[[], Check | list[Check]]] = [
@@ -243,6 +257,7 @@ def run(args: argparse.Namespace) -> int:
         lambda: check_asr(ctx),
         lambda: check_broker(ctx, args.timeout),
         lambda: check_server(ctx, args.timeout),
+        lambda: check_sendspin(ctx),
     ]
     failed = False
     for check_one in probes:
