@@ -37,7 +37,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from edge_agent.announce.message import FINAL_STATES, SAFE_INTEGER, loads, peek
 from edge_agent.announce.pipeline import Announcer
@@ -75,12 +75,19 @@ class HermesAdapter(HearObserver):
 
     def handle(self, topic: str, payload: bytes) -> bool | None:
         """Carry out one message; None if `topic` is not ours. False: deliver it again."""
+        request = self.announcement(topic, payload)
+        return request if request is None or request is True else self.announcer.submit(request, topic)
+
+    def announcement(self, topic: str, payload: bytes) -> dict[str, Any] | Literal[True] | None:
+        """The announcement request a say for this site carries, for the caller to submit (with
+        others read with it: one journal write for all); True for a say that needs none (another
+        site's, or one already answered here); None if `topic` is not ours."""
         if topic != SAY:
             return None
-        request = self.say_request(payload)
-        return True if request is None else self.announcer.submit(request, topic)
+        request = self._say_request(payload)
+        return True if request is None else request
 
-    def say_request(self, payload: bytes) -> dict[str, Any] | None:
+    def _say_request(self, payload: bytes) -> dict[str, Any] | None:
         """The announcement request of a say for this site; None for another site's say, or one
         already answered here (a say that is not JSON, or whose id cannot be echoed)."""
         try:
