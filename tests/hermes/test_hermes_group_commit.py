@@ -5,8 +5,10 @@ spoken once and answered. Against the daemon on a real mosquitto, the journal on
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,8 @@ import pytest
 
 from edge_agent.atomic import AppendFile
 from edge_agent.daemon import Daemon, SettingsSource
-from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, wait_until
+from edge_agent.faults import CRASH_ENV
+from tests.mqtt_support import DaemonProcess, Producer, ToneSynth, Watcher, device_config, wait_until
 
 SAYS = 40
 NOTIFIES = 10
@@ -96,3 +99,39 @@ def test_says_and_notifies_that_waited_in_the_broker_are_journaled_together_and_
                             + [f"ha-{i:02d}.wav" for i in range(NOTIFIES)])
     assert not [m for m in everything.messages if m.topic == "hermes/tts/sayFinished"
                 and json.loads(m.payload)["id"].startswith("g-")]
+
+
+@pytest.mark.slow
+def test_a_crash_between_a_journaled_batch_of_says_and_its_acknowledgements_loses_and_repeats_nothing(
+        tmp_path: Path, broker: Any, everything: Watcher) -> None:
+    """`edge-agent run` killed at `journal:accepted`: says that waited in the broker are on disk in
+    one write, none acknowledged. The broker delivers them all again, the journal answers those it
+    has as duplicates, and each say is spoken once and answered with one `sayFinished`."""
+    config = tmp_path / "hermes.yaml"
+    config.write_text("hermes:\n  enabled: true\n  site_id: kitchen\nwake:\n  chime: false\n")
+    daemon = DaemonProcess(tmp_path, broker.url, config=config)
+    try:
+        daemon.start().wait_running()
+        everything.wait("edge/dev1/status", lambda d: d["state"] == "online")
+        daemon.kill()
+        says = [f"say-{i:02d}" for i in range(12)]
+        producer = Producer(broker.url)
+        try:
+            for say in says:
+                producer.publish("hermes/tts/say", {"text": "Hi.", "siteId": "kitchen", "id": say})
+        finally:
+            producer.close()
+        daemon.start(extra_env={CRASH_ENV: "journal:accepted"})
+        assert daemon.wait_exit() == -signal.SIGKILL
+        (journal,) = (tmp_path / "state").rglob("journal.jsonl")
+        records = [json.loads(line) for line in journal.read_text().splitlines()]
+        batch = [r["a"]["id"] for r in records if r["op"] == "accept"]
+        assert len(batch) > 1 and set(batch) <= {f"hermes:{s}" for s in says}  # one write, several says
+        daemon.start()
+        wait_until(lambda: {f"hermes:{s}" for s in says} <= set(daemon.spoken()), timeout=180,
+                   what="every say spoken")
+        finished = everything.wait("hermes/tts/sayFinished", count=len(says), timeout=30)
+    finally:
+        daemon.close()
+    assert collections.Counter(daemon.spoken()) == collections.Counter(f"hermes:{s}" for s in says)
+    assert sorted(d["id"] for d in finished) == says  # one each, the first delivery's
