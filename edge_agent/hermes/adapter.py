@@ -96,7 +96,8 @@ class HermesAdapter(HearObserver):
             # check, with the say's id in sayFinished.
             doc = loads(payload, constants=True)
         except (ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON
-            self._unreadable(payload, "not JSON" if isinstance(exc, ValueError) else "nested too deeply")
+            self._unreadable(payload, "not UTF-8" if isinstance(exc, UnicodeDecodeError)
+                             else "not JSON" if isinstance(exc, ValueError) else "nested too deeply")
             return None
         if not isinstance(doc, dict) or doc.get("siteId", "default") != self.site_id:
             return None  # another site's say

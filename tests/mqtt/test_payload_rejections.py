@@ -123,12 +123,16 @@ def test_a_say_nested_too_deeply_is_answered_with_the_id_a_tolerant_look_reads(
     producer.publish("hermes/tts/say", f'{{"text": {DEEP}, "siteId": "garage", "id": "g-deep"}}'.encode())
     producer.publish("hermes/tts/say", f'{{"siteId": "kitchen", "text": {DEEP}, "id": "k-deep", '
                                        f'"sessionId": "s-deep"}}'.encode())
-    producer.publish("hermes/tts/say", b'\xff\xfe{"siteId": "kitchen", "id": "k-binary"}')
+    producer.publish("hermes/tts/say", b'\xff\xfe{"siteId": "kitchen", "id": "k-binary"}')  # no object
+    producer.publish("hermes/tts/say", b'{"siteId": "kitchen", "id": "k-latin1", "text": "caf\xe9"}')
     producer.publish("hermes/tts/say", {"text": "Dinner.", "siteId": "kitchen", "id": "k-after"})
-    finished = everything.wait("hermes/tts/sayFinished", count=2)
-    assert [(d["id"], d["sessionId"]) for d in finished] == [("k-deep", "s-deep"), ("k-after", None)]
-    (error,) = everything.find("hermes/error/tts")
-    assert error["context"] == "k-deep" and "nested too deeply" in error["error"]
+    finished = everything.wait("hermes/tts/sayFinished", count=3)
+    assert [(d["id"], d["sessionId"]) for d in finished] == [("k-deep", "s-deep"), ("k-latin1", None),
+                                                               ("k-after", None)]
+    errors = everything.find("hermes/error/tts")
+    assert [(e["context"], e["error"]) for e in errors] == [
+        ("k-deep", "the say is nested too deeply; not spoken"),
+        ("k-latin1", "the say is not UTF-8; not spoken")]
 
 
 @pytest.mark.parametrize(("payload", "reason"), [
