@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from edge_agent import __version__
 from edge_agent.announce.journal import Journal
@@ -29,6 +29,7 @@ from edge_agent.announce.pipeline import Announcer, Speaking
 from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, play_chime, remove_partials
 from edge_agent.asr.manifest import EXPORT_HINT
 from edge_agent.asr.whisper import resolve_export_dir
+from edge_agent.atomic import AppendFile
 from edge_agent.audio.frontend import FrontEndSource
 from edge_agent.audio.reference import PlaybackReference, ReferenceSink
 from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
@@ -132,7 +133,9 @@ class Daemon:
     def __init__(self, source: SettingsSource, *,
                  synthesizer_factory: SynthesizerFactory = routed_synthesizer,
                  listener_factory: HearingFactory | None = None,
-                 opener_factory: Callable[[Settings], SinkOpener] | None = None) -> None:
+                 opener_factory: Callable[[Settings], SinkOpener] | None = None,
+                 journal_file: Callable[[Path], AppendFile] = AppendFile) -> None:
+        # `journal_file` opens the announcement journal's file (a bench simulates slow storage).
         self.source = source
         self.base = source.build()
         self.settings = self.base
@@ -170,7 +173,7 @@ class Daemon:
         speaking = Speaking(self.settings.announcements, self._make_synth(self.settings),
                             self._make_opener(self.settings), _tts_voices(self.settings))
         journal = Journal(self.settings.announcements.state_dir, self.settings.announcements,
-                          on_error=self._journal_error)
+                          on_error=self._journal_error, open_file=journal_file)
         self.announcements = Announcer(speaking, journal, metrics=self.metrics)
         self.announcements.observe(self._publish_announce_status)
         self._mute_lock = asyncio.Lock()
@@ -311,27 +314,50 @@ class Daemon:
                 return handled
         return True  # a topic left over from an old subscription
 
+    def _announcement(self, topic: str, payload: bytes) -> bytes | Mapping[str, Any] | Literal[True] | None:
+        """The announcement request a message carries (on the announce topics, Home Assistant's
+        notify, a Hermes say for this site); True for a trigger's message already answered; None
+        for any other message."""
+        if self.topics.kind(topic) == "announce":
+            return payload
+        for adapter in (self.homeassistant, self.hermes):
+            request = adapter.announcement(topic, payload) if adapter is not None else None
+            if request is not None:
+                return request
+        return None
+
     def _on_messages(self, batch: Sequence[tuple[str, bytes, bool]]) -> list[bool]:
-        """`_on_message` for messages read in one go, in order: each run of announcements is
-        journaled with one fsync (`Announcer.submit_many`). Stops after the first refusal."""
+        """`_on_message` for messages read in one go, in order: each run of announcements, from
+        any trigger on MQTT, is journaled with one fsync (`Announcer.submit_many`); a trigger's
+        message needing no announcement (another Hermes site's say) does not break a run. Stops
+        after the first refusal (the bridge acknowledges in order, up to it)."""
         results: list[bool] = []
         run: list[tuple[bytes | Mapping[str, Any], str]] = []
+        run_at: list[int] = []
+        """Where each of `run`'s results goes in `results`."""
 
         def submit_run() -> bool:
             if run:
-                results.extend(self.announcements.submit_many(run))
+                for at, ok in zip(run_at, self.announcements.submit_many(run), strict=True):
+                    results[at] = ok
                 run.clear()
+                run_at.clear()
             return all(results)
 
         for topic, payload, retained in batch:
-            if self.topics.kind(topic) == "announce":
-                run.append((payload, topic))
-                continue
-            if not submit_run():
-                break
-            results.append(self._on_message(topic, payload, retained))
-            if not results[-1]:
-                break
+            request = self._announcement(topic, payload)
+            if request is True:
+                results.append(True)
+            elif request is not None:
+                run_at.append(len(results))
+                results.append(True)  # until its run is submitted
+                run.append((request, topic))
+            else:
+                if not submit_run():
+                    break
+                results.append(self._on_message(topic, payload, retained))
+                if not results[-1]:
+                    break
         else:
             submit_run()
         return results[:results.index(False) + 1] if False in results else results

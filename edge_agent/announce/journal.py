@@ -1,7 +1,10 @@
 """The announcement journal: accepted announcements and every id already seen, on disk.
 
-One append-only file of JSON lines, fsynced per write (a write is one record, or the
-`accept` records of a batch read in one go: `accept_many`, one fsync for all of them):
+One append-only file of JSON lines, fsynced per write. Writes are shared (group commit):
+the `accept` records of a batch read in one go (`accept_many`) go in one write, and
+records that threads make while a write is in its fsync (the speaker's `start` and
+`finish`, a trigger's accepts) wait for it and go together in the next one, one
+fsync for all; each caller returns only once its records are on disk:
 
     {"op": "accept", "a": {...announcement...}, "ts": ...}   accepted, waiting
     {"op": "start", "id": ..., "ts": ...}                     speaking began
@@ -94,6 +97,19 @@ class Recovered:
     """Id -> seconds of audio a pending announcement has already played (its budget's use)."""
 
 
+@dataclass
+class _Commit:
+    """Records waiting for the journal's next write, and what follows once it is done."""
+
+    data: bytes
+    """The records, one JSON line each."""
+    records: int
+    apply: Callable[[bool], None]
+    """Called with whether the write held, under the lock, before anyone else writes."""
+    error: JournalError | None = None
+    done: bool = False
+
+
 class Journal:
     """Durable dedupe set plus pending announcements; thread-safe."""
 
@@ -108,6 +124,14 @@ class Journal:
         self._open_file = open_file
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._lock = threading.Lock()
+        self._written = threading.Condition(self._lock)
+        """Notified when a write (and its fsync) has finished: see `_commit`."""
+        self._waiting: list[_Commit] = []
+        """Records for the next write, with what to do once it is known whether it held."""
+        self._writing = False
+        """A write and fsync is under way, without the lock (the file is not swapped meanwhile)."""
+        self._accepting = threading.Lock()
+        """One `accept_many` at a time: an id is checked against what is on disk, then written."""
         self._file: AppendFile | None = None
         self._appended = 0
         self._behind = False
@@ -145,6 +169,7 @@ class Journal:
 
     def close(self) -> None:
         with self._lock:
+            self._written.wait_for(lambda: not self._writing)
             if self._file is not None:
                 self._file.close()
                 self._file = None
@@ -174,24 +199,23 @@ class Journal:
 
         Raises `JournalError` (nothing recorded, none accepted) when the write fails.
         """
-        with self._lock:
+        with self._accepting, self._lock:
             fresh: dict[str, Announcement] = {}
             for ann in anns:
                 if ann.id not in self._entries:
                     fresh.setdefault(ann.id, ann)
+
+            def apply(written: bool) -> None:
+                if written:
+                    for ann in fresh.values():
+                        self._entries[ann.id] = Entry("queued", ann.received_at, ann)
+
             if fresh:
-                self._append(*({"op": "accept", "a": a.to_json(), "ts": a.received_at}
-                               for a in fresh.values()))
+                self._commit([{"op": "accept", "a": a.to_json(), "ts": a.received_at}
+                              for a in fresh.values()], apply)
                 crash_point("journal:accepted")  # on disk, none of them acknowledged yet
-            accepted = []
-            for ann in anns:
-                new = fresh.get(ann.id) is ann
-                if new:
-                    self._entries[ann.id] = Entry("queued", ann.received_at, ann)
-                accepted.append(new)
-            if self._behind:
-                self._compact()
-            return accepted
+            self._compact_if_due()
+            return [fresh.get(ann.id) is ann for ann in anns]
 
     def start(self, ann_id: str) -> None:
         """Speaking begins; raises `JournalError` (nothing changed) if that cannot be recorded."""
@@ -212,6 +236,7 @@ class Journal:
     def retry(self) -> bool:
         """Try to bring the file up to date now (after a write error); True if it is."""
         with self._lock:
+            self._written.wait_for(lambda: not self._writing)
             if self._behind:
                 self._compact_after = 0.0
                 self._compact()
@@ -225,38 +250,90 @@ class Journal:
             if entry is None:
                 raise KeyError(ann_id)
             now = self._clock()
+
+            def apply(written: bool) -> None:
+                if not written:
+                    if must_persist:
+                        return  # nothing changes; the caller raises
+                    self._behind = True  # what happened is kept in memory; a compaction writes it
+                entry.state, entry.ts = state, now
+                if resume is not None:
+                    entry.resume = resume
+                if spent_s is not None:
+                    entry.spent_s = spent_s
+                if state in FINAL_STATES:
+                    entry.announcement = None
+                    entry.extra = extra or {}
+                    self._entries.move_to_end(ann_id)
+
             try:
-                self._append({**record, "ts": now})
+                self._commit([{**record, "ts": now}], apply)
             except JournalError:
                 if must_persist:
                     raise
-                self._behind = True  # what happened is kept in memory; a compaction writes it
-            entry.state, entry.ts = state, now
-            if resume is not None:
-                entry.resume = resume
-            if spent_s is not None:
-                entry.spent_s = spent_s
-            if state in FINAL_STATES:
-                entry.announcement = None
-                entry.extra = extra or {}
-                self._entries.move_to_end(ann_id)
-            if self._behind or self._appended > len(self._entries) + 1000:
-                self._compact()
+            self._compact_if_due()
 
     # -- file ----------------------------------------------------------------------------
 
-    def _append(self, *records: dict[str, Any]) -> None:
-        """Write `records` with one write and one fsync, wholly or (raising) not at all."""
-        if self._file is None:
-            raise JournalError(5, "journal is not open")
-        try:
-            self._file.append(b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n"
-                                       for r in records))
-        except OSError as exc:
-            self._failed(exc)
-            raise JournalError(exc.errno or 5, f"cannot write the journal: {exc.strerror or exc}") from None
-        self._appended += len(records)
-        self._recovered()
+    def _commit(self, records: list[dict[str, Any]], apply: Callable[[bool], None]) -> None:
+        """Write `records` durably, sharing one write and fsync with whatever other threads commit
+        meanwhile (group commit); raise `JournalError` if that write failed. Called with the lock.
+
+        The first waiting thread writes for all of them (the leader), the lock let go during its
+        write and fsync so that others can queue theirs for the next one. Before it hands the lead
+        on, it runs each commit's `apply(written)` under the lock, in order: the memory always
+        holds what the file does before anyone can compact it, and the file is never swapped
+        while a write is under way.
+        """
+        # Encoded here: whatever that raises is this caller's alone.
+        data = b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in records)
+        mine = _Commit(data, len(records), apply)
+        self._waiting.append(mine)
+        while not mine.done:
+            if self._writing:
+                self._written.wait()
+                continue
+            batch, self._waiting = self._waiting, []
+            self._writing = True
+            file, error = self._file, None
+            self._lock.release()
+            try:
+                if file is None:
+                    raise JournalError(5, "journal is not open")
+                file.append(b"".join(c.data for c in batch))
+            except OSError as exc:
+                error = exc
+            finally:
+                self._lock.acquire()
+                self._writing = False
+            self._settle(batch, error)
+        if mine.error is not None:
+            raise mine.error
+
+    def _settle(self, batch: list[_Commit], error: OSError | None) -> None:
+        """After a write: tell each commit of `batch` how it went; wake the others. With the lock."""
+        failure = None
+        if error is None:
+            self._appended += sum(c.records for c in batch)
+            self._recovered()
+        else:
+            if not isinstance(error, JournalError):
+                self._failed(error)
+            failure = error if isinstance(error, JournalError) else JournalError(
+                error.errno or 5, f"cannot write the journal: {error.strerror or error}")
+        for commit in batch:
+            commit.error = failure
+            try:
+                commit.apply(failure is None)
+            except Exception:  # every waiter must be woken, whatever one of them does
+                log.exception("journal: applying a written record failed")
+            commit.done = True
+        self._written.notify_all()
+
+    def _compact_if_due(self) -> None:
+        """Compact when something is in memory only, or the file has grown; never during a write."""
+        if (self._behind or self._appended > len(self._entries) + 1000) and not self._writing:
+            self._compact()
 
     def _failed(self, exc: OSError) -> None:
         self.write_errors += 1

@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
+from json.decoder import scanstring  # type: ignore[attr-defined]  # public, untyped in typeshed
 from typing import Any
 
 import numpy as np
@@ -200,33 +201,130 @@ def check_audio(samples: Samples, sample_rate: int, *, ann_id: str, text: str, p
     return ann, audio
 
 
-def loads(data: bytes | str) -> Any:
+def loads(data: bytes | str, *, constants: bool = False) -> Any:
     """JSON from an untrusted producer, as the announcement checks want it.
 
-    NaN and Infinity are refused (ValueError). An integer literal longer than Python
+    NaN and Infinity are refused (ValueError), unless `constants` (then they decode as
+    floats, for the checks to reject the field that holds one). An integer literal longer than Python
     converts (4300 digits) decodes as a float (infinite), so the field holding it is
     rejected by its check with the announcement's id, instead of the whole payload
     failing to decode, or, where a caller forgot that `int()` raises ValueError here,
     the message failing for ever. Raises ValueError (UnicodeDecodeError and
     JSONDecodeError included) or RecursionError on what is not JSON.
     """
-    return json.loads(data, parse_constant=_no_constants, parse_int=_int_or_float)
+    return json.loads(data, parse_constant=None if constants else _no_constants, parse_int=_int_or_float)
 
 
 def _decode(payload: bytes) -> dict[str, Any]:
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise Rejected(f"payload is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+        raise Rejected(f"payload is not UTF-8 ({exc.reason} at byte {exc.start})",
+                       _readable_id(payload)) from None
     try:
         doc = loads(text)
     except json.JSONDecodeError as exc:
-        raise Rejected(f"invalid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
-    except (RecursionError, ValueError) as exc:
-        raise Rejected(f"invalid JSON: {exc}") from None
+        raise Rejected(f"invalid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+                       _readable_id(text)) from None
+    except RecursionError:
+        raise Rejected("invalid JSON: nested too deeply", _readable_id(text)) from None
+    except ValueError as exc:  # NaN or Infinity
+        raise Rejected(f"invalid JSON: {exc}", _readable_id(text)) from None
     if not isinstance(doc, dict):
         raise Rejected(f"payload must be a JSON object, not {type(doc).__name__}")
     return doc
+
+
+def _readable_id(data: bytes | str) -> str | None:
+    """The id of a payload the strict parse refused, where a tolerant look finds a valid one: so
+    the producer hears why (its payload is already within `max_payload_bytes`)."""
+    ann_id = peek(data, ("id",)).get("id")
+    return ann_id if isinstance(ann_id, str) and ID_PATTERN.fullmatch(ann_id) else None
+
+
+SAFE_INTEGER = 2**53 - 1
+"""Largest integer every JSON reader holds exactly (JavaScript's Number.MAX_SAFE_INTEGER)."""
+
+_STRUCTURE = re.compile(r'["\[\]{}]')
+_STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+"""The rest of a string after its opening quote, up to and with its closing one."""
+_SCALAR_END = re.compile(r"[,}\]\s]|\Z")
+_SAFE_DIGITS = re.compile(r"-?(?:0|[1-9][0-9]{0,15})")
+
+
+def peek(data: bytes | str, names: Collection[str]) -> dict[str, str | int]:
+    """A tolerant second look at a payload the strict parse refused (NaN, nested too deeply,
+    an unterminated value further on): the members of its top-level object named in `names`
+    whose values are a string or an integer within +-`SAFE_INTEGER`. One pass, no recursion,
+    so its cost is linear in the payload whatever it holds; callers bound the payload first.
+    It stops at the first thing it cannot read, keeping what it found before."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    found: dict[str, str | int] = {}
+    end = len(text)
+    i = _skip_space(text, 0)
+    if i >= end or text[i] != "{":
+        return found
+    i += 1
+    try:
+        while True:
+            i = _skip_space(text, i)
+            if i >= end or text[i] != '"':
+                return found
+            key, i = scanstring(text, i + 1)
+            i = _skip_space(text, i)
+            if i >= end or text[i] != ":":
+                return found
+            i = _skip_space(text, i + 1)
+            value: str | int | None = None
+            if i < end and text[i] == '"':
+                value, i = scanstring(text, i + 1)
+            elif i < end and text[i] in "{[":
+                i = _skip_nested(text, i)
+            else:
+                token = text[i:_SCALAR_END.search(text, i).start()]  # type: ignore[union-attr]
+                i += len(token)
+                if _SAFE_DIGITS.fullmatch(token) and abs(int(token)) <= SAFE_INTEGER:
+                    value = int(token)
+            if key in names:  # the last of a repeated key, as json.loads keeps it
+                if value is None:
+                    found.pop(key, None)
+                else:
+                    found[key] = value
+            i = _skip_space(text, i)
+            if i >= end or text[i] != ",":
+                return found
+            i += 1
+    except ValueError:  # a key or string value that does not decode
+        return found
+
+
+def _skip_space(text: str, start: int) -> int:
+    while start < len(text) and text[start] in " \t\n\r":
+        start += 1
+    return start
+
+
+def _skip_nested(text: str, start: int) -> int:
+    """The index after the array or object opening at `start` (the end of `text` if it never closes).
+
+    Each character is looked at once: a string is skipped from its opening quote to its closing
+    one, and one that never closes ends the look (trying again from every quote inside it made a
+    64 KiB payload of escaped quotes take tens of seconds)."""
+    depth = 0
+    i = start
+    while (found := _STRUCTURE.search(text, i)) is not None:
+        token = found.group()
+        if token == '"':
+            rest = _STRING_REST.match(text, found.end())
+            if rest is None:
+                return len(text)
+            i = rest.end()
+            continue
+        i = found.end()
+        depth += 1 if token in ("[", "{") else -1
+        if depth == 0:
+            return i
+    return len(text)
 
 
 def _no_constants(name: str) -> Any:

@@ -6,6 +6,7 @@ Topics and payloads follow Rhasspy's Hermes reference:
 |---|---|---|
 | `hermes/tts/say` | in | `{text, siteId, id?, sessionId?, lang?, volume?}`; only our `siteId` is spoken |
 | `hermes/tts/sayFinished` | out | `{id, siteId, sessionId}` once it has been spoken (or could not be) |
+| `hermes/error/tts` | out | `{error, context, siteId, sessionId}`: a say of ours refused unsubmitted |
 | `hermes/hotword/<wakewordId>/detected` | out | `{modelId, modelVersion, modelType, siteId, ...}` |
 | `hermes/asr/textCaptured` | out | `{text, likelihood, seconds, siteId, sessionId, wakewordId}` |
 
@@ -19,6 +20,12 @@ and a say without an id gets a fresh one (`hermes::n<uuid>`). `sayFinished` echo
 the say's own `id` and `sessionId`, remembered from submission to the final status;
 after a restart a plain id comes back out of the announcement id (the session, held
 only in memory, is then null).
+
+Every say for this site is answered, and only with strict JSON: an id is echoed as it
+came only when it is a string or a safe integer (`echoable`; an integer id is
+`hermes:<digits>`); a say with any other id, or one that does not decode but that a
+tolerant look (`peek`) finds is ours, is refused with `hermes/error/tts` and a
+`sayFinished` whose id is null where it cannot be carried back.
 """
 
 from __future__ import annotations
@@ -30,9 +37,9 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
-from edge_agent.announce.message import FINAL_STATES, loads
+from edge_agent.announce.message import FINAL_STATES, SAFE_INTEGER, loads, peek
 from edge_agent.announce.pipeline import Announcer
 from edge_agent.listen.hearing import Heard, Woke
 from edge_agent.listen.turn import HearObserver, RemoteHeard
@@ -42,6 +49,7 @@ log = logging.getLogger(__name__)
 
 SAY = "hermes/tts/say"
 SAY_FINISHED = "hermes/tts/sayFinished"
+TTS_ERROR = "hermes/error/tts"
 TEXT_CAPTURED = "hermes/asr/textCaptured"
 PREFIX = "hermes:"
 _PLAIN_ID = re.compile(r"[A-Za-z0-9._@+=-]{1,120}")
@@ -67,23 +75,64 @@ class HermesAdapter(HearObserver):
 
     def handle(self, topic: str, payload: bytes) -> bool | None:
         """Carry out one message; None if `topic` is not ours. False: deliver it again."""
+        request = self.announcement(topic, payload)
+        return request if request is None or request is True else self.announcer.submit(request, topic)
+
+    def announcement(self, topic: str, payload: bytes) -> dict[str, Any] | Literal[True] | None:
+        """The announcement request a say for this site carries, for the caller to submit (with
+        others read with it: one journal write for all); True for a say that needs none (another
+        site's, or one already answered here); None if `topic` is not ours."""
         if topic != SAY:
             return None
+        request = self._say_request(payload)
+        return True if request is None else request
+
+    def _say_request(self, payload: bytes) -> dict[str, Any] | None:
+        """The announcement request of a say for this site; None for another site's say, or one
+        already answered here (a say that is not JSON, or whose id cannot be echoed)."""
         try:
-            # `loads` decodes a too-long integer instead of raising: such a say is still
-            # told apart by siteId and, if ours, rejected with sayFinished like any bad say.
-            doc = loads(payload)
-        except (ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON, NaN
-            log.warning("hermes say ignored: not JSON (%s)", str(exc)[:200] or type(exc).__name__)
-            return True
+            # A too-long integer, NaN and Infinity decode (as floats): such a say is still
+            # told apart by siteId and, if ours, the field holding one is rejected by its
+            # check, with the say's id in sayFinished.
+            doc = loads(payload, constants=True)
+        except (ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON
+            self._unreadable(payload, "not UTF-8" if isinstance(exc, UnicodeDecodeError)
+                             else "not JSON" if isinstance(exc, ValueError) else "nested too deeply")
+            return None
         if not isinstance(doc, dict) or doc.get("siteId", "default") != self.site_id:
-            return True  # another site's say
-        ann_id = announcement_id(doc.get("id"))
-        self._remember(ann_id, doc.get("id"), doc.get("sessionId"))
+            return None  # another site's say
+        say_id, session = doc.get("id"), _session(doc.get("sessionId"))
+        if not echoable(say_id):
+            self._refuse(None, session, f"'id' must be a string or an integer within "
+                                        f"+-{SAFE_INTEGER} (2^53 - 1), so that sayFinished can "
+                                        "carry it back; not spoken")
+            return None
+        ann_id = announcement_id(say_id)
+        self._remember(ann_id, say_id, session)
         request: dict[str, Any] = {"id": ann_id, "text": doc.get("text")}
         if "volume" in doc:
-            request["volume"] = doc["volume"]
-        return self.announcer.submit(request, topic)
+            request["volume"] = doc["volume"]  # NaN or Infinity included: the checks reject it
+        return request
+
+    def _unreadable(self, payload: bytes, why: str) -> None:
+        """A say that does not decode: answered if a tolerant look finds it is for this site."""
+        limit = self.announcer.speaking.settings.max_payload_bytes
+        if len(payload) > limit:  # the look is bounded by what a say may cost
+            log.warning("hermes say ignored: %s, and %d bytes (over %d)", why, len(payload), limit)
+            return
+        fields = peek(payload, ("siteId", "id", "sessionId"))
+        if fields.get("siteId", "default") != self.site_id:
+            log.warning("hermes say ignored: %s, and not for this site", why)
+            return
+        self._refuse(fields.get("id"), _session(fields.get("sessionId")), f"the say is {why}; not spoken")
+
+    def _refuse(self, say_id: object, session: str | None, reason: str) -> None:
+        """A say for this site that is not spoken: `hermes/error/tts` says why, `sayFinished` ends it."""
+        say_id = say_id if echoable(say_id) else None
+        log.warning("hermes say %r refused: %s", say_id, reason)
+        self.publish(Message.json(TTS_ERROR, {"error": reason, "context": say_id, "siteId": self.site_id,
+                                              "sessionId": session}))
+        self.publish(Message.json(SAY_FINISHED, {"id": say_id, "siteId": self.site_id, "sessionId": session}))
 
     def on_status(self, status: dict[str, Any]) -> None:
         """Announcement status observer: a say's final state is answered with `sayFinished`."""
@@ -130,16 +179,26 @@ class HermesAdapter(HearObserver):
             "siteId": self.site_id, "sessionId": session_id, "wakewordId": wake_word}))
 
 
+def echoable(say_id: object) -> bool:
+    """An id `sayFinished` can carry back as it came: absent, a string, or an integer every JSON
+    reader holds exactly. Anything else (a float, an object, an integer of 4,400 digits, which
+    decodes as infinite) would come back changed or not as JSON at all."""
+    if say_id is None or isinstance(say_id, str):
+        return True
+    return isinstance(say_id, int) and not isinstance(say_id, bool) and abs(say_id) <= SAFE_INTEGER
+
+
 def announcement_id(say_id: object) -> str:
-    """The announcement id of a say: `hermes:<id>`, `hermes::h<hash of id>` for a string id that
-    cannot name a file, or `hermes::n<nonce>` without one (a new announcement each time)."""
+    """The announcement id of a say: `hermes:<id>` (an integer id as its digits), `hermes::h<hash
+    of id>` for a string id that cannot name a file, or `hermes::n<nonce>` without one (a new
+    announcement each time)."""
+    if isinstance(say_id, int) and not isinstance(say_id, bool) and abs(say_id) <= SAFE_INTEGER:
+        say_id = str(say_id)
     if isinstance(say_id, str) and _PLAIN_ID.fullmatch(say_id):
         return f"{PREFIX}{say_id}"
     if isinstance(say_id, str) and say_id:
         digest = hashlib.sha256(say_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
         return f"{PREFIX}:h{digest}"
-    if say_id is not None:
-        log.warning("hermes say id %.60r is not a string: spoken, but not deduplicated", say_id)
     return f"{PREFIX}:n{uuid.uuid4().hex}"
 
 
@@ -147,6 +206,11 @@ def parse_announcement_id(ann_id: str) -> str | None:
     """The Hermes id back from an announcement id, where it is there as it was sent
     (`hermes:<id>`, and the older `hermes:<id>:<session>`)."""
     return ann_id[len(PREFIX):].split(":", maxsplit=1)[0] or None
+
+
+def _session(session: object) -> str | None:
+    """A say's sessionId as `sayFinished` may echo it: Hermes session ids are strings."""
+    return session if isinstance(session, str) else None
 
 
 def _level(name: str) -> str:

@@ -52,6 +52,11 @@ class HomeAssistantAdapter:
         self.publish(Message.json(t.discovery, discovery_payload(t), qos=1, retain=True))
         self.publish_states()
 
+    def announcement(self, topic: str, payload: bytes) -> bytes | dict[str, Any] | None:
+        """The announcement request a notify message carries, for the caller to submit (with
+        others read with it: one journal write for all); None for any other topic."""
+        return notify_request(payload) if topic == self.topics.notify else None
+
     def handle(self, topic: str, payload: bytes) -> bool | None:
         """Carry out one message; None if `topic` is not Home Assistant's. False: deliver it again."""
         t = self.topics

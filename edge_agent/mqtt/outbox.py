@@ -68,8 +68,9 @@ class Message:
     @staticmethod
     def json(topic: str, doc: dict[str, Any], *, qos: int = 1, retain: bool = False,
              coalesce: bool = False, key: str | None = None, rank: int = KEEP_MOST) -> Message:
-        return Message(topic, json.dumps(doc, separators=(",", ":")).encode(), qos, retain, coalesce,
-                       key, rank)
+        """`doc` as JSON; ValueError for what JSON cannot hold (NaN, Infinity), never sent."""
+        return Message(topic, json.dumps(doc, separators=(",", ":"), allow_nan=False).encode(), qos,
+                       retain, coalesce, key, rank)
 
     @property
     def cost(self) -> int:

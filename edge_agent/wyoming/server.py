@@ -39,6 +39,7 @@ from wyoming.info import Info
 from wyoming.ping import Pong
 
 from edge_agent.errors import TIMEOUTS
+from edge_agent.netclose import hang_up
 from edge_agent.wyoming import tts
 from edge_agent.wyoming.asr import AsrService, AsrSession
 from edge_agent.wyoming.audio import Refused
@@ -51,10 +52,17 @@ from edge_agent.wyoming.wake import WakeService, WakeSession
 log = logging.getLogger(__name__)
 
 AUDIO_EVENTS = frozenset({"audio-start", "audio-chunk", "audio-stop"})
-LINGER_S = 1.0
-"""After an `error` that ends a connection: longest time what the client still sends is dropped."""
-LINGER_BYTES = 1 << 20
-"""... and most bytes dropped (a client flooding past them is reset)."""
+LINGER_S = 10.0
+"""After an `error` that ends a connection: longest time what the client still sends is read and
+dropped, waiting for the end of its stream (`netclose.hang_up`). A live stream (a microphone at
+real time) goes on until its sender stops it; one second was not enough, and the reset that
+followed it destroyed the `audio-too-long` the client had not read yet."""
+LINGER_BYTES = 32 << 20
+"""... and most bytes dropped then (a client flooding past them is reset): 17 minutes of 16 kHz
+audio, at a cost of 512 reads of 64 KiB."""
+LINGER_MAX = 64
+"""Connections lingering at once (they no longer count against `max_connections`); past it a
+refused connection is closed at once."""
 DISPLACE_WAIT_S = 2.0
 """Longest wait for a displaced connection to finish closing."""
 
@@ -102,6 +110,7 @@ class WyomingServer:
         """The connections counted against `max_connections`."""
         self.stopping = False
         """Set by `stop`: every connection ends at its next read or write."""
+        self._lingering = 0
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on `host:port` (0 picks a free port); returns the address bound."""
@@ -178,8 +187,23 @@ class WyomingServer:
                 del self._open[task]
         finally:
             if hang_up:
-                await _hang_up(reader, writer)
+                await self._hang_up(reader, writer, peer)
             await _close(writer)
+
+    async def _hang_up(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str) -> None:
+        """End our side after an `error` event; what the client still sends is read and dropped,
+        so that the error reaches it rather than a reset (`netclose.hang_up`)."""
+        if self._lingering >= LINGER_MAX:
+            log.debug("wyoming client %s closed without lingering: %d connections linger", peer,
+                      self._lingering)
+            return
+        self._lingering += 1
+        try:
+            if not await hang_up(reader, writer, linger_s=LINGER_S, max_bytes=LINGER_BYTES):
+                log.debug("wyoming client %s still sending after %g s or %d bytes: reset", peer,
+                          LINGER_S, LINGER_BYTES)
+        finally:
+            self._lingering -= 1
 
     async def _make_room(self, peer: str) -> bool:
         """True when a connection may be opened: below `max_connections`, or once the connection idle
@@ -263,7 +287,7 @@ class Connection:
 
     async def run(self) -> bool:
         """Carry out the client's events until it leaves; True when the server ends the connection
-        after an `error` event (see `_hang_up`)."""
+        after an `error` event (see `WyomingServer._hang_up`)."""
         log.debug("wyoming client %s connected", self.peer)
         stats = self.server.stats
         loop = asyncio.get_running_loop()
@@ -354,27 +378,6 @@ def _peer(writer: asyncio.StreamWriter) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-async def _hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """End our side after an `error` event, then read and drop what the client still sends.
-
-    The end of stream (FIN) follows the error, so a client that waits for `audio-stop` or a closed
-    connection stops at once. Closing a socket with unread data in it would send a reset instead,
-    which can destroy the error before the client reads it; so what is still on its way (the rest
-    of a refused audio stream) is read and dropped, for at most `LINGER_S` and `LINGER_BYTES`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + LINGER_S
-    dropped = 0
-    with contextlib.suppress(ConnectionError, OSError, RuntimeError, *TIMEOUTS):
-        if writer.can_write_eof():
-            await asyncio.wait_for(writer.drain(), LINGER_S)
-            writer.write_eof()
-        while dropped < LINGER_BYTES and (left := deadline - loop.time()) > 0:
-            data = await asyncio.wait_for(reader.read(65536), left)
-            if not data:
-                break
-            dropped += len(data)
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:

@@ -5,12 +5,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
 from edge_agent.announce.journal import INTERRUPTED, Journal
 from edge_agent.announce.message import Announcement
 from edge_agent.config import AnnouncementSettings
+from tests.waiting import wait_until
 
 
 def ann(ann_id, priority=5, ts=100.0):
@@ -354,3 +356,74 @@ def test_a_batch_the_disk_refuses_is_none_of_it_accepted(tmp_path):
     journal.close()
     _, found = open_journal(tmp_path)
     assert [a.id for a, _ in found.pending] == ["a", "b", "c", "d"]
+
+
+class HeldFirstFsync:
+    """Real fsyncs; the first waits for `release`, so that the test can queue records behind it
+    (storage slow to sync); `fail_at` makes that call raise instead (a failing disk)."""
+
+    def __init__(self, fail_at=None):
+        self.calls = 0
+        self.release = threading.Event()
+        self.fail_at = fail_at
+
+    def __call__(self, fd):
+        self.calls += 1
+        if self.calls == 1:
+            assert self.release.wait(30)
+        if self.calls == self.fail_at:
+            raise OSError(errno.EIO, "Input/output error")
+        os.fsync(fd)
+
+
+def _records_while_one_is_syncing(tmp_path, fsyncs, ids):
+    """Accept `ids`, then record `start` for all of them at once: the first thread's write waits in
+    its fsync until every other thread has queued its record. Each thread's outcome by id."""
+    journal = Journal(tmp_path, AnnouncementSettings(), open_file=lambda p: AppendFile(p, fsync=fsyncs))
+    journal.open()
+    fsyncs.calls = -1  # the accept's fsync is call 0: the first start's is the held one
+    journal.accept_many([ann(i) for i in ids])
+    outcome = {}
+
+    def start(ann_id):
+        try:
+            journal.start(ann_id)
+            outcome[ann_id] = "started"
+        except JournalError as exc:
+            outcome[ann_id] = exc
+
+    first = threading.Thread(target=start, args=(ids[0],))
+    first.start()
+    wait_until(lambda: journal._writing, what="the first write in its fsync")
+    others = [threading.Thread(target=start, args=(i,)) for i in ids[1:]]
+    for thread in others:
+        thread.start()
+    wait_until(lambda: len(journal._waiting) == len(others), what="the others queued behind it")
+    fsyncs.release.set()
+    for thread in (first, *others):
+        thread.join(30)
+    return journal, outcome
+
+
+def test_records_made_while_a_write_is_syncing_share_the_next_write_and_fsync(tmp_path):
+    fsyncs = HeldFirstFsync()
+    ids = [f"s{i}" for i in range(8)]
+    journal, outcome = _records_while_one_is_syncing(tmp_path, fsyncs, ids)
+    assert outcome == dict.fromkeys(ids, "started")
+    assert fsyncs.calls == 2  # the first start's, then one for the seven queued behind it
+    journal.close()
+    _, found = open_journal(tmp_path)
+    assert sorted(found.interrupted) == ids  # every start was on disk
+
+
+def test_when_a_shared_write_fails_every_record_in_it_fails_and_nothing_changes(tmp_path):
+    fsyncs = HeldFirstFsync(fail_at=2)
+    ids = [f"s{i}" for i in range(5)]
+    journal, outcome = _records_while_one_is_syncing(tmp_path, fsyncs, ids)
+    assert outcome[ids[0]] == "started"
+    assert all(isinstance(outcome[i], JournalError) for i in ids[1:]), outcome
+    assert [journal.get(i).state for i in ids] == ["speaking"] + ["queued"] * 4
+    journal.close()
+    _, found = open_journal(tmp_path)
+    assert found.interrupted == [ids[0]]
+    assert sorted(a.id for a, _ in found.pending) == ids[1:]  # cut off again: not started, still pending

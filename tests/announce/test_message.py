@@ -1,8 +1,9 @@
 import json
+import time
 
 import pytest
 
-from edge_agent.announce.message import Rejected, parse_announcement
+from edge_agent.announce.message import SAFE_INTEGER, Rejected, parse_announcement, peek
 from edge_agent.config import AnnouncementSettings
 
 VOICES = {"en_US-joe-medium"}
@@ -98,3 +99,58 @@ def test_loads_refuses_constants_and_decodes_an_over_long_integer_as_infinite():
     assert loads('{"a": 12, "b": ' + "9" * 4400 + "}") == {"a": 12, "b": float("inf")}
     with pytest.raises(ValueError, match="NaN is not allowed"):
         loads(b'{"a": NaN}')
+
+
+DEEP = "[" * 20_000 + "]" * 20_000
+
+
+@pytest.mark.parametrize(("payload", "found"), [
+    ('{"id": "a1", "volume": NaN, "text": "x"}', {"id": "a1"}),
+    ('{"text": ' + DEEP + ', "id": "deep", "siteId": "kitchen"}', {"id": "deep", "siteId": "kitchen"}),
+    ('{"id": ' + "9" * 4400 + ', "siteId": "s"}', {"siteId": "s"}),
+    (f'{{"id": {SAFE_INTEGER}}}', {"id": SAFE_INTEGER}),
+    (f'{{"id": {SAFE_INTEGER + 1}}}', {}),
+    ('{"x": "a\\"}[{", "id": -12, "y": {"z": "}]"}, "siteId": "q"}', {"id": -12, "siteId": "q"}),
+    ('{"id": "first", "id": 1.5}', {}),  # the last of a repeated key counts, as json.loads has it
+    ('{"id": "ok", "text": "unterminated', {"id": "ok"}),
+    ('{"text": [[[', {}),
+    ('["id", "x"]', {}),
+    ('', {}),
+], ids=["nan", "deep", "huge-int", "safe-int", "unsafe-int", "brackets-in-strings", "repeated", "torn",
+        "unclosed", "array", "empty"])
+def test_a_tolerant_look_reads_top_level_ids_a_strict_parse_refuses(payload: str, found: dict) -> None:
+    assert peek(payload, ("id", "siteId")) == found
+
+
+def test_the_tolerant_look_costs_a_pass_over_the_payload_not_its_nesting() -> None:
+    # 128 KB of nesting that never closes: one pass, no recursion.
+    assert peek('{"text": ' + "[{" * 64_000 + ', "id": "x"}', ("id",)) == {}
+
+
+def test_a_string_that_never_closes_is_looked_at_once_not_from_every_quote_in_it() -> None:
+    # Seen: 64 KiB of escaped quotes after an unclosed string took ~40 s (a rescan from each quote).
+    payload = '{"id": "x", "a": ["' + '\\"' * 32_000
+    start = time.monotonic()
+    assert peek(payload, ("id",)) == {"id": "x"}
+    assert time.monotonic() - start < 2.0
+
+
+@pytest.mark.parametrize(("payload", "reason"), [
+    (b'{"id": "n-1", "text": "Hi.", "volume": NaN}', "invalid JSON: NaN is not allowed"),
+    (b'{"id": "n-2", "text": "Hi.", "priority": -Infinity}', "invalid JSON: -Infinity is not allowed"),
+    (('{"text": ' + DEEP + ', "id": "n-3"}').encode(), "invalid JSON: nested too deeply"),
+    (b'{"id": "n-4", "text": "Hi.", "volume": 1,}', "invalid JSON: Expecting property name"),
+    (b'{"id": "n-5", "text": "\xff\xfe"}', "payload is not UTF-8"),
+])
+def test_a_payload_a_strict_parse_refuses_is_rejected_with_the_id_it_names(payload: bytes,
+                                                                           reason: str) -> None:
+    with pytest.raises(Rejected) as info:
+        parse_announcement(payload, AnnouncementSettings(), VOICES)
+    assert reason in info.value.reason
+    assert info.value.id == payload.split(b'"id": "')[1].split(b'"')[0].decode()
+
+
+def test_a_refused_payload_whose_id_is_not_valid_is_rejected_without_one() -> None:
+    with pytest.raises(Rejected) as info:
+        parse_announcement(b'{"id": "has space", "volume": NaN}', AnnouncementSettings(), VOICES)
+    assert info.value.id is None

@@ -2,8 +2,8 @@
 
 import pytest
 
-from edge_agent.announce.message import ID_PATTERN
-from edge_agent.hermes.adapter import announcement_id, parse_announcement_id
+from edge_agent.announce.message import ID_PATTERN, SAFE_INTEGER
+from edge_agent.hermes.adapter import announcement_id, echoable, parse_announcement_id
 
 
 @pytest.mark.parametrize("say_id", ["0b7f7a3e-6c1d-4c5e-9d1a-2f3b4c5d6e7f", "say-1", "a" * 120])
@@ -27,10 +27,22 @@ def test_a_newline_does_not_make_two_ids_the_same() -> None:
     assert announcement_id("say-1\n") != announcement_id("say-1")
 
 
-@pytest.mark.parametrize("say_id", [None, "", 5, ["a"]])
-def test_a_say_without_a_string_id_is_a_new_announcement_each_time(say_id: object) -> None:
+@pytest.mark.parametrize("say_id", [None, ""])
+def test_a_say_without_an_id_is_a_new_announcement_each_time(say_id: object) -> None:
     first, second = announcement_id(say_id), announcement_id(say_id)
     assert first != second and ID_PATTERN.fullmatch(first) and parse_announcement_id(first) is None
+
+
+@pytest.mark.parametrize("say_id", [0, 5, -7, SAFE_INTEGER, -SAFE_INTEGER])
+def test_an_integer_id_every_json_reader_holds_is_echoed_and_deduplicated_by_its_digits(say_id: int) -> None:
+    assert echoable(say_id)
+    assert announcement_id(say_id) == f"hermes:{say_id}" == announcement_id(say_id)
+
+
+@pytest.mark.parametrize("say_id", [SAFE_INTEGER + 1, -SAFE_INTEGER - 1, float("inf"), float("nan"), 1.5,
+                                    True, ["a"], {"a": 1}])
+def test_an_id_that_would_not_come_back_as_sent_is_not_echoable(say_id: object) -> None:
+    assert not echoable(say_id)
 
 
 def test_ids_written_by_the_older_format_still_give_their_id() -> None:

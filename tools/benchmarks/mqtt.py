@@ -6,12 +6,19 @@ voice; only the sink is a timing null sink), against a private mosquitto unless
 previous one is done, so the figure is latency, not queueing. The reference is
 the same voice asked directly for the same text (time to its first chunk), run
 interleaved: the difference is what MQTT, validation, the journal and the queue cost.
+
+`--burst N` measures acknowledgement instead: N announcements published at once
+(on the announce topic, or as Hermes says with `--burst-topic hermes`), timed from
+the first publish to each one's first status (`queued`, sent only once it is in the
+journal, when the device acknowledges it), the speaker held meanwhile. `--fsync-delay-ms` makes every journal
+fsync that much slower, as on an SD card, to show what the journal's group commit saves.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import tempfile
@@ -25,6 +32,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from benchmarks.report import emit, machine, percentile
 from edge_agent.announce.message import Announcement
+from edge_agent.atomic import AppendFile
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.sinks import NullSink, Sink
 from edge_agent.commands.context import Context
@@ -47,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", type=int, default=100, help="announcements to time")
     parser.add_argument("--broker", metavar="mqtt://HOST:PORT",
                         help="use this broker (default: start a private mosquitto)")
+    parser.add_argument("--burst", type=int, default=0, metavar="N",
+                        help="publish N announcements at once and time their acknowledgement (not latency)")
+    parser.add_argument("--burst-topic", choices=("announce", "hermes"), default="announce",
+                        help="where the burst is published: edge/<device>/announce or hermes/tts/say")
+    parser.add_argument("--fsync-delay-ms", type=float, default=0.0, metavar="MS",
+                        help="add this much to every journal fsync (slow storage, e.g. 20 for an SD card)")
 
 
 class _TimingSink:
@@ -90,12 +104,16 @@ class _TimingOpener:
 def run(ctx: Context, args: argparse.Namespace) -> int:
     if args.count < 2:
         raise UsageError("--count must be at least 2")
+    if args.burst < 0 or args.fsync_delay_ms < 0:
+        raise UsageError("--burst and --fsync-delay-ms must not be negative")
     with tempfile.TemporaryDirectory(prefix="edge-bench-mqtt-") as tmp_name:
         tmp = Path(tmp_name)
         broker = None
         url = args.broker
         if url is None:
-            broker = LocalBroker(tmp / "broker").start()
+            # For a burst, without persistence: the private broker saves its database after every
+            # change (for the fault tests), which alone held a burst to ~120 messages a second.
+            broker = LocalBroker(tmp / "broker", persistence=not args.burst).start()
             url = broker.url
         try:
             parse_uri(url, ("mqtt",))
@@ -107,13 +125,20 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             "announcements.state_dir": str(tmp / "announcements"), "fleet.state_dir": str(tmp / "fleet"),
             "daemon.metrics_s": 0, "daemon.listen": False, "daemon.out_dir": None,
         }
+        if args.burst:
+            overrides |= {"announcements.queue_max": max(args.burst, 1000),
+                          "hermes.enabled": args.burst_topic == "hermes"}
         source = SettingsSource(Path(args.config) if args.config else None, overrides)
         load_before = os.getloadavg()[0]
         opener = _TimingOpener()
-        reference = local_synthesizer(source.build())
-        daemon = Daemon(source, opener_factory=lambda _s: opener)
+        journal = _SlowStorage(args.fsync_delay_ms / 1000)
+        daemon = Daemon(source, opener_factory=lambda _s: opener, journal_file=journal.open)
         try:
-            result, lines = _measure(daemon, opener, reference, url, args.count)
+            if args.burst:
+                result, lines = _burst(daemon, journal, url, args.burst, args.burst_topic)
+            else:
+                reference = local_synthesizer(source.build())
+                result, lines = _measure(daemon, opener, reference, url, args.count)
         finally:
             if broker is not None:
                 broker.kill()
@@ -126,6 +151,103 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
                "machine": machine()}
     emit(result, lines, args.json)
     return 0
+
+
+class _SlowStorage:
+    """Opens the journal's file with every fsync `delay_s` slower (and counts them)."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.fsyncs = 0
+
+    def open(self, path: Path) -> AppendFile:
+        return AppendFile(path, fsync=self._fsync)
+
+    def _fsync(self, fd: int) -> None:
+        self.fsyncs += 1
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        os.fsync(fd)
+
+
+class _FirstStatus:
+    """Each announcement's first status, as the producer sees it."""
+
+    def __init__(self, url: str, status_topic: str) -> None:
+        ep = parse_uri(url, ("mqtt",))
+        self.first: dict[str, float] = {}
+        self.cond = threading.Condition()
+        self.subscribed = threading.Event()
+        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+        self.client.on_message = self._on_message
+        self.client.on_subscribe = lambda *_a: self.subscribed.set()
+        self.client.connect(ep.host, ep.port, keepalive=30)
+        self.client.loop_start()
+        self.client.subscribe(status_topic, qos=1)
+
+    def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
+        now = time.perf_counter()
+        ann_id = str(json.loads(msg.payload).get("id"))
+        with self.cond:
+            self.first.setdefault(ann_id, now)
+            self.cond.notify_all()
+
+    def wait_all(self, ids: list[str], timeout: float) -> bool:
+        with self.cond:
+            return self.cond.wait_for(lambda: all(i in self.first for i in ids), timeout)
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def _burst(daemon: Any, journal: _SlowStorage, url: str, count: int,
+           topic: str) -> tuple[dict[str, Any], list[str]]:
+    runner = threading.Thread(target=lambda: asyncio.run(daemon.run()), name="daemon", daemon=True)
+    runner.start()
+    statuses = _FirstStatus(url, daemon.topics.announce_status)
+    producer = _Producer(url, daemon.topics.announce_status)
+    site = daemon.settings.hermes.site_id or daemon.device
+    try:
+        _wait(lambda: statuses.subscribed.is_set() and daemon.bridge is not None and daemon.bridge.connected
+              and daemon.bridge.wait_subscribed(0.1) and daemon.announcements.running, 60,
+              "the daemon to start")
+        # Held (as for a conversation turn), the speaker speaks none of them: the figure is what
+        # acknowledging costs, not synthesis competing for the CPU.
+        daemon.announcements.hold()
+        names = [f"burst-{i:05d}" for i in range(count)]
+        ids = [f"hermes:{n}" for n in names] if topic == "hermes" else names
+        fsyncs_before = journal.fsyncs
+        start = time.perf_counter()
+        for name, text in zip(names, itertools.cycle(TEXTS), strict=False):
+            if topic == "hermes":
+                say = {"id": name, "text": text, "siteId": site}
+                producer.client.publish("hermes/tts/say", json.dumps(say), qos=1)
+            else:
+                producer.publish(daemon.topics.announce, name, text)
+        published = time.perf_counter() - start
+        if not statuses.wait_all(ids, 600):
+            missing = sum(i not in statuses.first for i in ids)
+            raise UsageError(f"{missing} announcements got no status in 600 s")
+        fsyncs = journal.fsyncs - fsyncs_before
+        delays = [statuses.first[i] - start for i in ids]
+    finally:
+        statuses.close()
+        producer.close()
+        daemon.stop()
+        runner.join(30)
+    last = max(delays)
+    result = {"burst": count, "burst_topic": topic, "fsync_delay_ms": journal.delay_s * 1000,
+              "published_s": published, "all_acknowledged_s": last,
+              "p50_acknowledged_s": percentile(delays, 50),
+              "per_second": count / last, "journal_fsyncs": fsyncs}
+    lines = [
+        f"burst of {count} announcements on {topic}, journal fsync +{journal.delay_s * 1000:g} ms:",
+        f"  published in {published:.3f} s; every one acknowledged (queued status) after {last:.3f} s "
+        f"(p50 {result['p50_acknowledged_s']:.3f} s), {count / last:.0f} a second",
+        f"  journal fsyncs meanwhile: {fsyncs} (the speaker held: none of them spoken)",
+    ]
+    return result, lines
 
 
 class _Producer:
