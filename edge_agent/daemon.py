@@ -28,6 +28,7 @@ from edge_agent.announce.journal import Journal
 from edge_agent.announce.pipeline import Announcer, Speaking
 from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, play_chime, remove_partials
 from edge_agent.asr.whisper import resolve_export_dir
+from edge_agent.audio.command import stop_all as stop_commands
 from edge_agent.audio.frontend import FrontEndSource
 from edge_agent.audio.reference import PlaybackReference, ReferenceSink
 from edge_agent.audio.sinks import AudioOutput
@@ -247,6 +248,7 @@ class Daemon:
             self.listener.stop()
         release_pipes()  # the FIFO a mute left open for its writer
         self.announcements.stop()
+        stop_commands()  # no player or recorder, each in its own session, outlives the agent
         _close(self.synth)
         if self.bridge is not None:
             self.bridge.stop([self._status_message("offline")])
