@@ -314,3 +314,22 @@ def test_importing_sounddevice_leaves_the_signal_mask_as_it_was() -> None:
     assert "no PortAudio" not in out, "libportaudio2 is not installed (scripts/test installs it)"
     assert out.splitlines()[0] == "set()"
     assert sigblk(out) == 0  # and so a child started afterwards dies of SIGPIPE as it should
+
+
+def test_a_recorder_faster_than_real_time_is_heard_at_a_bounded_pace() -> None:
+    import time
+
+    from edge_agent.audio.sources import MAX_INPUT_SPEED, PACE_BURST_S
+
+    # Seen: a command writing garbage as fast as it could kept the daemon at 1.00 core.
+    source = CommandSource("cat /dev/urandom")
+    started = time.monotonic()
+    reader = Reader(source)
+    try:
+        wait_until(lambda: reader.samples >= 6 * TARGET_RATE, what="six seconds of audio")
+        elapsed = time.monotonic() - started
+    finally:
+        reader.stop()
+    assert reader.error is None
+    # A lower bound, which load can only lengthen: after the head start, no faster than the pace.
+    assert elapsed >= (6 - PACE_BURST_S) / MAX_INPUT_SPEED
