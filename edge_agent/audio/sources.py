@@ -49,6 +49,9 @@ that writes faster (a recorder gone wrong, a writer copying a file or garbage) w
 its pipe (`audio.pace.Pace`) instead of keeping a core busy: 1.00 core unpaced, measured."""
 PACE_BURST_S = 2.0
 """Seconds of audio an input may run ahead of its pace (what a recorder buffered while we were busy)."""
+NOISE_WINDOWS = 3
+"""Seconds of nothing but noise at full scale (`audio.rawcheck`) after which an input is taken for
+garbage (the wrong format, a recorder gone wrong) and says so."""
 _EMPTY = np.zeros(0, dtype=np.float32)
 
 
@@ -135,6 +138,11 @@ def _converted(read: Callable[[], bytes], convert: PcmConverter, closed: Callabl
         out = convert.push(data)
         if out.size:
             yield out
+
+
+def _noise_problem(name: str, convert: PcmConverter) -> str:
+    return (f"{name}: hears only noise at full scale (is it {convert.rate} Hz, "
+            f"{8 * convert.width}-bit little-endian PCM?)")
 
 
 def _keep_pace(pace: Pace, audio_s: float, stop: threading.Event) -> None:
@@ -272,13 +280,12 @@ class PipeSource:
 
     What is heard is judged second by second (`audio.rawcheck.PcmCheck`, 16-bit input): a stream
     a byte out of step for `STEP_WINDOWS` seconds has a byte skipped, and noise at full scale for
-    `NOISE_WINDOWS` seconds is taken for garbage (a wrong format, a writer gone wrong); either
+    `NOISE_WINDOWS` seconds is taken for garbage (the wrong format, a writer gone wrong); either
     is logged and told to `on_trouble` (a line for the device status), and None once the stream
     sounds like audio again.
     """
 
     STEP_WINDOWS = 2
-    NOISE_WINDOWS = 3
 
     live = True
     sample_rate = TARGET_RATE
@@ -347,10 +354,8 @@ class PipeSource:
             self.realigned += 1
             self._trouble(f"{self.name}: the stream was a byte out of step (half a sample written?); "
                           "skipped a byte")
-        elif verdict == "noise" and self._verdicts == self.NOISE_WINDOWS:
-            rate = self._convert.rate
-            self._trouble(f"{self.name}: hears only noise at full scale (is it {rate} Hz, "
-                          f"{8 * self._convert.width}-bit little-endian PCM?)")
+        elif verdict == "noise" and self._verdicts == NOISE_WINDOWS:
+            self._trouble(_noise_problem(self.name, self._convert))
 
     def _trouble(self, problem: str) -> None:
         log.warning("%s", problem)
@@ -556,9 +561,9 @@ class CommandSource:
     The command is started at once, so one that cannot run at all fails here with
     `AudioUnavailable`. One that exits later (a device unplugged, a sound server
     restarting) or stops writing (`STALL_S`) is started again with backoff (`RESTART_S`); one
-    that writes faster than real time is read at `MAX_INPUT_SPEED` times real time;
-    `on_trouble` hears why
-    (a line for the device status) and, with None, when audio flows again. Its stderr
+    that writes faster than real time is read at `MAX_INPUT_SPEED` times real time, and one that
+    writes nothing but noise at full scale for `NOISE_WINDOWS` s is a trouble too. `on_trouble`
+    hears why (a line for the device status) and, with None, when audio flows again. Its stderr
     is logged at debug. The reading thread owns the process once it reads: `close`
     only says stop, and the reader stops the command within `POLL_S`.
     """
@@ -585,6 +590,8 @@ class CommandSource:
         self._lock = threading.Lock()
         self._reading = False
         self._troubled = False
+        self._noise_s = 0
+        """Seconds in a row of nothing but noise at full scale."""
         self._proc: AudioProcess | None = self._start()
 
     def _start(self) -> AudioProcess:
@@ -641,14 +648,20 @@ class CommandSource:
         rate, channels, width = self.format
         convert = PcmConverter(rate, channels, width, self.name)  # a dead run's partial frame goes with it
         fd_read = _fd_reader(proc.stdout_fd, self._block_bytes, self._closed.is_set, self.stall_s)
+        check = PcmCheck(self._bytes_per_s, width, channels)
 
         def read() -> bytes:
             data = fd_read()
             _keep_pace(self._pace, len(data) / self._bytes_per_s, self._closed)
+            verdict = check.push(data) if data else None
+            if verdict is not None:
+                self._noise_s = self._noise_s + 1 if verdict == "noise" else 0
+                if self._noise_s == NOISE_WINDOWS:
+                    self._report(_noise_problem(self.name, convert))
             return data
 
         for block in _converted(read, convert, self._closed.is_set, self.name):
-            if self._troubled:
+            if self._troubled and self._noise_s < NOISE_WINDOWS:
                 self._troubled = False
                 log.info("%s: audio again", self.name)
                 if self.on_trouble is not None:

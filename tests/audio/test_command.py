@@ -323,6 +323,8 @@ def test_a_recorder_faster_than_real_time_is_heard_at_a_bounded_pace() -> None:
 
     # Seen: a command writing garbage as fast as it could kept the daemon at 1.00 core.
     source = CommandSource("cat /dev/urandom")
+    said: list[str | None] = []
+    source.on_trouble = said.append
     started = time.monotonic()
     reader = Reader(source)
     try:
@@ -333,3 +335,6 @@ def test_a_recorder_faster_than_real_time_is_heard_at_a_bounded_pace() -> None:
     assert reader.error is None
     # A lower bound, which load can only lengthen: after the head start, no faster than the pace.
     assert elapsed >= (6 - PACE_BURST_S) / MAX_INPUT_SPEED
+    # And it is garbage, which the status says (once, and not cleared while it lasts).
+    assert said == ["audio.input_command: hears only noise at full scale "
+                    "(is it 16000 Hz, 16-bit little-endian PCM?)"]
