@@ -46,7 +46,7 @@ STALL_S = 10.0
 MAX_INPUT_SPEED = 2.0
 """Times real time an input command or pipe is read at most. A live input runs at real time; one
 that writes faster (a recorder gone wrong, a writer copying a file or garbage) waits its turn in
-its pipe (`audio.pace.Pace`) instead of keeping a core busy: 1.00 core unpaced, measured."""
+its pipe (`audio.pace.Pace`) instead of keeping a core busy (as it did unpaced)."""
 PACE_BURST_S = 2.0
 """Seconds of audio an input may run ahead of its pace (what a recorder buffered while we were busy)."""
 NOISE_WINDOWS = 3
@@ -304,7 +304,7 @@ class PipeSource:
         self._verdict, self._verdicts, self._troubled = "ok", 0, False
         self.on_trouble: Callable[[str | None], None] | None = None
         self.realigned = 0
-        """Bytes skipped because the stream was out of step."""
+        """Times a byte was skipped because the stream was out of step."""
         self._pipe: HeldPipe | None = HeldPipe.take(where, self.name, self._frame, rate * self._frame)
 
     def blocks(self) -> Iterator[Samples]:
