@@ -30,10 +30,11 @@ from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, pla
 from edge_agent.asr.manifest import EXPORT_HINT
 from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.atomic import AppendFile
+from edge_agent.audio.command import stop_all as stop_commands
 from edge_agent.audio.frontend import FrontEndSource
 from edge_agent.audio.reference import PlaybackReference, ReferenceSink
 from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
-from edge_agent.audio.sources import CommandSource, release_pipes
+from edge_agent.audio.sources import CommandSource, PipeSource, release_pipes
 from edge_agent.config import WAKE_BUILTIN, Settings, load_settings
 from edge_agent.controls import ControlState, ControlStore
 from edge_agent.errors import EdgeError
@@ -260,6 +261,7 @@ class Daemon:
             self.listener.stop()
         release_pipes()  # the FIFO a mute left open for its writer
         self.announcements.stop()
+        stop_commands()  # no player or recorder, each in its own session, outlives the agent
         _close(self.synth)
         if self.bridge is not None:
             self.bridge.stop([self._status_message("offline")])
@@ -544,7 +546,7 @@ class Daemon:
         source = getattr(self.listener, "source", None)
         if isinstance(source, FrontEndSource):
             source = source.source  # the microphone the front end hears
-        if isinstance(source, CommandSource):
+        if isinstance(source, (CommandSource, PipeSource)):
             listener = self.listener
             source.on_trouble = lambda problem: self._input_trouble(listener, problem)
         self.listener.start(self.turns.on_event, on_error=on_error,
@@ -552,7 +554,8 @@ class Daemon:
         log.info("listening", extra={"mode": mode})
 
     def _input_trouble(self, listener: HearingLoop, problem: str | None) -> None:
-        """`audio.input_command` exited (and is being started again), or hears again: on the status."""
+        """`audio.input_command` exited (and is being started again), `audio.input_pipe` hears garbage,
+        or either hears again: on the status."""
         if self.listener is not listener:
             return  # muted or stopped since
         state = {k: v for k, v in self.listening.items() if k != "error"}

@@ -46,12 +46,14 @@ class AudioSettings:
     """Listen to this command's standard output instead of the microphone: raw PCM in
     `input_rate`, `input_width` and `input_channels` (e.g. `arecord -r 16000 -c 1 -f S16_LE
     -t raw`, `parecord --raw --rate 16000 --channels 1`, `pw-record --rate 16000 --channels 1 -`).
-    Restarted with backoff when it exits. Split like a shell line; no shell runs it."""
+    Restarted with backoff when it exits; read at most 2x real time. Split like a shell line; no
+    shell runs it."""
     input_pipe: str | None = None
     """Listen to raw PCM (`input_rate`, `input_width`, `input_channels`) as it arrives on this
     FIFO (created when missing; writers may come and go; held open while the agent runs, so a
-    writer outlives a mute, read and discarded meanwhile) or, with `"-"` (quoted in YAML: a bare
-    `-` is a list), on standard input."""
+    writer outlives a mute, read and discarded meanwhile; half a sample a writer leaves is
+    dropped) or, with `"-"` (quoted in YAML: a bare `-` is a list), on standard input. Read at most
+    2x real time."""
     input_rate: int = 16000
     """Hertz of `input_command` / `input_pipe` audio (resampled to the 16 kHz the hearing needs)."""
     input_width: int = 2

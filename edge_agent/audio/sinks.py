@@ -7,13 +7,17 @@ and uses the configured fallback.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import select
+import signal
+import struct
+import termios
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import numpy as np
 
@@ -156,6 +160,8 @@ WRITE_STALL_S = 10.0
 """An output command that takes no audio for this long is taken for hung."""
 DRAIN_S = 30.0
 """How long an output command may take to play what it still holds after the last sample."""
+POLL_S = 0.05
+"""How often a command's pipe is looked at while it plays out what the pipe still holds."""
 
 
 class CommandSink:
@@ -163,7 +169,8 @@ class CommandSink:
 
     Speech is resampled to the command's rate and written in its sample format; a slow
     player back-pressures synthesis (the pipe fills), a player that stops reading for
-    `WRITE_STALL_S` or exits is an `AudioError` with its exit status and stderr.
+    `WRITE_STALL_S` or exits is an `AudioError` with its exit status and stderr, and is
+    stopped with everything it started (its process group).
     """
 
     def __init__(self, command: str, sample_rate: int, *, rate: int = 22050, width: int = 2,
@@ -179,34 +186,73 @@ class CommandSink:
         except CommandNotStarted as exc:
             raise AudioUnavailable(str(exc)) from None
         self._fd = self._proc.stdin.fileno()
+        os.set_blocking(self._fd, False)
 
     def write(self, samples: Samples) -> None:
         self._send(self._resampler.push(samples * self._volume if self._volume != 1.0 else samples))
         self.frames += len(samples)
 
     def _send(self, samples: Samples) -> None:
+        """Write it all, or stop the command once it has taken nothing for `WRITE_STALL_S`.
+
+        The pipe is non-blocking: one blocking write of a whole sentence would wait as long as
+        the command does not read (for ever, for a hung player), where no deadline can act.
+        """
         view = memoryview(encode_pcm(samples, *self._format))
+        deadline = time.monotonic() + WRITE_STALL_S
         while view:
-            _, ready, _ = select.select([], [self._fd], [], WRITE_STALL_S)
-            if not ready:
-                self.abort()
-                raise AudioError(f"{self.name} took no audio for {WRITE_STALL_S:g} s; stopped it")
             try:
-                view = view[os.write(self._fd, view):]
+                sent = os.write(self._fd, view)
+            except BlockingIOError:
+                sent = 0
             except OSError as exc:  # EPIPE: it exited
-                code = self._proc.wait(1.0)
-                self.abort()
-                why = self._proc.describe_exit(code) if code is not None else f"{self.name}: {exc}"
-                raise AudioError(f"{why} (while playing)") from None
+                self._exited(exc)
+            if sent:
+                view = view[sent:]
+                deadline = time.monotonic() + WRITE_STALL_S
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [self._fd], [], left)[1]:
+                self._stalled()
+
+    def _drain(self) -> None:
+        """Wait until the command has read what the pipe holds, as long as it keeps reading.
+
+        Up to a pipe's worth of audio (64 KiB: 1.5 s at 22.05 kHz) fits without blocking a write:
+        a command that never reads would otherwise be found out only `DRAIN_S` after the end.
+        Nothing signals "the pipe is empty" to the writing end, so this looks every `POLL_S`.
+        """
+        unread, deadline = _unread(self._fd), time.monotonic() + WRITE_STALL_S
+        while unread:
+            if self._proc.wait(POLL_S) is not None:
+                return  # it exited: its status says how (close)
+            now_unread = _unread(self._fd)
+            if now_unread < unread:
+                deadline = time.monotonic() + WRITE_STALL_S
+            elif time.monotonic() > deadline:
+                self._stalled()
+            unread = now_unread
+
+    def _stalled(self) -> NoReturn:
+        self.abort()
+        raise AudioError(f"{self.name} took no audio for {WRITE_STALL_S:g} s; stopped it")
+
+    def _exited(self, exc: OSError) -> NoReturn:
+        code = self._proc.wait(1.0)
+        self.abort()
+        why = self._proc.describe_exit(code) if code is not None else f"{self.name}: {exc}"
+        raise AudioError(f"{why} (while playing)") from None
 
     def close(self) -> None:
         """Send the rest, close its input and wait for it to play out."""
         self._send(self._resampler.push(np.zeros(0, dtype=np.float32), last=True))
+        self._drain()
         self._proc.stdin.close()
         code = self._proc.wait(DRAIN_S)
         if code is None:
             self.abort()
             raise AudioError(f"{self.name} still playing {DRAIN_S:g} s after the end; stopped it")
+        self._proc.stop()  # reaped; and anything it started is not left playing
         if code != 0:
             raise AudioError(self._proc.describe_exit(code))
 
@@ -214,14 +260,26 @@ class CommandSink:
         self._proc.stop()
 
 
+def _unread(fd: int) -> int:
+    """Bytes written to the pipe `fd` and not yet read from its other end."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]  # type: ignore[no-any-return]
+
+
 def import_sounddevice() -> Any:
     """Import sounddevice, turning a missing PortAudio into `AudioUnavailable`."""
+    # Initialising PortAudio (at import) blocks SIGPIPE in this thread, and every thread and
+    # child started from it afterwards inherits that: a recorder behind our FIFO would get
+    # EPIPE instead of dying with its reader. Python ignores SIGPIPE anyway, so the mask
+    # protects nothing here: put it back, for the children of every thread, ours or not.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     try:
         import sounddevice
     except OSError:
         raise AudioUnavailable("PortAudio is not installed: install it (sudo apt install libportaudio2), "
                                "or use programs instead of the sound card (audio.output_command, "
                                "audio.input_command)") from None
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     return sounddevice
 
 

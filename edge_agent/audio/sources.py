@@ -24,6 +24,8 @@ import numpy as np
 
 from edge_agent.audio.command import AudioProcess, CommandNotStarted, split_command
 from edge_agent.audio.frames import Samples
+from edge_agent.audio.pace import Pace
+from edge_agent.audio.rawcheck import PcmCheck
 from edge_agent.audio.resample import StreamResampler
 from edge_agent.audio.settings import AudioSettings
 from edge_agent.audio.sinks import AudioUnavailable, import_sounddevice
@@ -41,6 +43,15 @@ RESTART_S = (0.5, 10.0)
 a run that lasted longer than the second starts the doubling over."""
 STALL_S = 10.0
 """A recorder writes audio all the time (silence too): one silent this long is stuck, and restarted."""
+MAX_INPUT_SPEED = 2.0
+"""Times real time an input command or pipe is read at most. A live input runs at real time; one
+that writes faster (a recorder gone wrong, a writer copying a file or garbage) waits its turn in
+its pipe (`audio.pace.Pace`) instead of keeping a core busy (as it did unpaced)."""
+PACE_BURST_S = 2.0
+"""Seconds of audio an input may run ahead of its pace (what a recorder buffered while we were busy)."""
+NOISE_WINDOWS = 3
+"""Seconds of nothing but noise at full scale (`audio.rawcheck`) after which an input is taken for
+garbage (the wrong format, a recorder gone wrong) and says so."""
 _EMPTY = np.zeros(0, dtype=np.float32)
 
 
@@ -72,10 +83,14 @@ class PcmConverter:
         self._name = Path(name)
         self._resampler = StreamResampler(rate, target_rate)
         self._carry = b""
+        self._skip = 0
         self.frames_in = 0
 
     def push(self, data: bytes) -> Samples:
         data = self._carry + data
+        if self._skip:
+            cut = min(self._skip, len(data))
+            data, self._skip = data[cut:], self._skip - cut
         frame = self.channels * self.width
         usable = len(data) - len(data) % frame
         self._carry = data[usable:]
@@ -87,6 +102,16 @@ class PcmConverter:
 
     def finish(self) -> Samples:
         return self._resampler.push(_EMPTY, last=True)
+
+    def drop_partial(self) -> None:
+        """Forget the bytes of an incomplete frame: the writer that sent them has gone, and the
+        next one starts a frame of its own."""
+        self._carry = b""
+        self._skip = 0
+
+    def skip(self, count: int) -> None:
+        """Drop the next `count` bytes: frames start that much later from here on."""
+        self._skip += count
 
     @property
     def leftover(self) -> int:
@@ -115,6 +140,18 @@ def _converted(read: Callable[[], bytes], convert: PcmConverter, closed: Callabl
             yield out
 
 
+def _noise_problem(name: str, convert: PcmConverter) -> str:
+    return (f"{name}: hears only noise at full scale (is it {convert.rate} Hz, "
+            f"{8 * convert.width}-bit little-endian PCM?)")
+
+
+def _keep_pace(pace: Pace, audio_s: float, stop: threading.Event) -> None:
+    """Wait the turn of `audio_s` seconds of audio just read (less if `stop` is set meanwhile)."""
+    delay = pace.wait_s(audio_s, time.monotonic())
+    if delay > 0:
+        stop.wait(delay)
+
+
 class Stalled(AudioError):
     """A live input gave no bytes for longer than it may."""
 
@@ -130,7 +167,10 @@ def _fd_reader(fd: int, size: int, closed: Callable[[], bool],
         while not closed():
             ready, _, _ = select.select([fd], [], [], POLL_S)
             if ready and not closed():
-                return os.read(fd, size)
+                try:
+                    return os.read(fd, size)
+                except BlockingIOError:  # a FIFO (non-blocking) that another reader emptied
+                    continue
             if deadline is not None and time.monotonic() > deadline:
                 raise Stalled(f"gave no audio for {stall_s:g} s")
         return b""
@@ -239,16 +279,28 @@ class PipeSource:
     """Raw PCM as it arrives on a FIFO, or on standard input (`-`), for scripts and tests that
     feed a running daemon a live stream.
 
-    The FIFO is created (mode 0600) when missing and opened for reading and writing: opening
-    does not wait for a writer, and a writer that closes is no end of stream (Linux), so
-    writers may come and go. Standard input ends the stream at its end.
+    The FIFO is created (mode 0600) when missing and opened for reading without waiting for a
+    writer. Writers may come and go: when the last one closes, the pipe is opened again (the new
+    reader first, so a writer never finds none) and the stream goes on. Standard input ends the
+    stream at its end. A writer that leaves in the middle of a sample (half of an s16 sample)
+    has that part dropped, with a warning: kept, it would shift every later writer's samples
+    by a byte, and the device would hear noise for good.
 
     The pipe itself is held by this process (`HeldPipe`) from the first source on it until
     `release_pipes`: closing the source (a mute, a restart of the hearing loop) only stops
     hearing it, and what arrives meanwhile is read and discarded. A writer such as
     `arecord > fifo` therefore never loses its reader and lives through a mute, and the
-    source opened on unmute hears the audio of now, not a pipe's worth of the past.
+    source opened on unmute hears the audio of now, not a pipe's worth of the past. Reading
+    and draining both keep to `MAX_INPUT_SPEED` times real time.
+
+    What is heard is judged second by second (`audio.rawcheck.PcmCheck`, 16-bit input): a stream
+    a byte out of step for `STEP_WINDOWS` seconds has a byte skipped, and noise at full scale for
+    `NOISE_WINDOWS` seconds is taken for garbage (the wrong format, a writer gone wrong); either
+    is logged and told to `on_trouble` (a line for the device status), and None once the stream
+    sounds like audio again.
     """
+
+    STEP_WINDOWS = 2
 
     live = True
     sample_rate = TARGET_RATE
@@ -263,7 +315,12 @@ class PipeSource:
         self._frame = channels * width
         self._block_bytes = max(1, round(block_s * rate)) * self._frame
         self._convert = PcmConverter(rate, channels, width, self.name)
-        self._pipe: HeldPipe | None = HeldPipe.take(where, self.name)
+        self._check = PcmCheck(rate * self._frame, width, channels)
+        self._verdict, self._verdicts, self._troubled = "ok", 0, False
+        self.on_trouble: Callable[[str | None], None] | None = None
+        self.realigned = 0
+        """Times a byte was skipped because the stream was out of step."""
+        self._pipe: HeldPipe | None = HeldPipe.take(where, self.name, self._frame, rate * self._frame)
 
     def blocks(self) -> Iterator[Samples]:
         with self._lock:
@@ -272,8 +329,16 @@ class PipeSource:
                 return
             self._reading = True
         try:
-            yield from _converted(pipe.reader(self._block_bytes, self._frame, self._closed.is_set),
-                                  self._convert, self._closed.is_set, self.name)
+            read = pipe.reader(self._block_bytes, self._closed, self._writer_left)
+
+            def judged() -> bytes:
+                data = read()
+                verdict = self._check.push(data) if data else None
+                if verdict is not None:
+                    self._judge(verdict, pipe)
+                return data
+
+            yield from _converted(judged, self._convert, self._closed.is_set, self.name)
             if not self._closed.is_set():
                 tail = self._convert.finish()
                 if tail.size:
@@ -282,6 +347,36 @@ class PipeSource:
             with self._lock:
                 self._reading = False
                 self._let_go()
+
+    def _writer_left(self) -> None:
+        self._convert.drop_partial()
+        self._check.restart()
+
+    def _judge(self, verdict: str, pipe: HeldPipe) -> None:
+        self._verdicts = self._verdicts + 1 if verdict == self._verdict else 1
+        self._verdict = verdict
+        if verdict == "ok":
+            if self._troubled:
+                self._troubled = False
+                log.info("%s: audio again", self.name)
+                if self.on_trouble is not None:
+                    self.on_trouble(None)
+        elif verdict == "out of step" and self._verdicts >= self.STEP_WINDOWS:
+            self._convert.skip(1)
+            pipe.offset -= 1  # so that a later source starts in step too
+            self._check.restart(skip=1)
+            self._verdicts = 0
+            self.realigned += 1
+            self._trouble(f"{self.name}: the stream was a byte out of step (half a sample written?); "
+                          "skipped a byte")
+        elif verdict == "noise" and self._verdicts == NOISE_WINDOWS:
+            self._trouble(_noise_problem(self.name, self._convert))
+
+    def _trouble(self, problem: str) -> None:
+        log.warning("%s", problem)
+        self._troubled = True
+        if self.on_trouble is not None:
+            self.on_trouble(problem)
 
     def close(self) -> None:
         """Stop reading; the reader (if one is reading) lets go of the pipe within `POLL_S`."""
@@ -302,19 +397,26 @@ class HeldPipe:
     them a drain thread reads and discards what arrives.
 
     Only the thread that reads (a source's reader, or the drain thread, handed over under the
-    registry's lock) touches the descriptor, and it is closed only when no one reads, so its
-    number is never read once reused. `offset` counts every byte read, so the next reader
-    starts on a frame boundary whatever the drain thread's reads cut.
+    registry's lock) touches the descriptor (reopened in place with `dup2` when the writers
+    leave), and it is closed only when no one reads, so its number is never read once reused.
+    `offset` counts every byte read (less a departed writer's partial frame), so the next
+    reader starts on a frame boundary whatever the drain thread's reads cut.
     """
 
     _held: ClassVar[dict[str, HeldPipe]] = {}
     """Path (`-`: standard input) -> the pipe held open for it."""
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, key: str, fd: int, name: str) -> None:
+    def __init__(self, key: str, fd: int, name: str, frame: int, bytes_per_s: int) -> None:
         self.key = key
         self.name = name
         self.fd: int | None = fd
+        self.frame = frame
+        self.bytes_per_s = bytes_per_s
+        self.pace = Pace(MAX_INPUT_SPEED, PACE_BURST_S, time.monotonic())
+        """One pace for the sources and the drain thread: a mute is no way around it."""
+        self.partials_dropped = 0
+        """Writers that left in the middle of a frame."""
         self.offset = 0
         """Bytes read from the pipe so far, by the sources and the drain thread."""
         self.drained = 0
@@ -325,9 +427,10 @@ class HeldPipe:
         self._stop_draining = threading.Event()
 
     @classmethod
-    def take(cls, where: str, name: str) -> HeldPipe:
-        """The pipe `where` for one source to read: opened (a FIFO made) the first time, else the
-        one held since, once its drain thread has stopped."""
+    def take(cls, where: str, name: str, frame: int, bytes_per_s: int) -> HeldPipe:
+        """The pipe `where` for one source to read (`frame` bytes a frame, `bytes_per_s` at real
+        time): opened (a FIFO made) the first time, else the one held since, once its drain thread
+        has stopped."""
         key = "-" if where == "-" else os.path.abspath(where)
         with cls._lock:
             pipe = cls._held.get(key)
@@ -339,31 +442,60 @@ class HeldPipe:
                 pipe = None
             if pipe is None:
                 fd = os.dup(0) if key == "-" else _open_fifo(Path(key), name)
-                pipe = cls._held[key] = HeldPipe(key, fd, name)
+                pipe = cls._held[key] = HeldPipe(key, fd, name, frame, bytes_per_s)
             pipe._stop_drain()
+            pipe.frame, pipe.bytes_per_s = frame, bytes_per_s
             pipe.taken = True
             return pipe
 
-    def reader(self, size: int, frame: int, closed: Callable[[], bool]) -> Callable[[], bytes]:
-        """Reads for the source that took the pipe, from the next frame boundary on; b"" at the
-        end of standard input, or once `closed()`."""
-        if self.fd is None:
+    def reader(self, size: int, stop: threading.Event,
+               writer_left: Callable[[], None] = lambda: None) -> Callable[[], bytes]:
+        """Reads for the thread that reads the pipe now (the source that took it, or the drain
+        thread), from the next frame boundary on and at most `MAX_INPUT_SPEED` times real time;
+        b"" at the end of standard input, or once `stop` is set. When a FIFO's writers have all
+        left, `writer_left` is called (after a partial frame of theirs was dropped)."""
+        fd = self.fd
+        if fd is None:
             return lambda: b""
-        read = _fd_reader(self.fd, size, closed)
-        skip = -self.offset % frame
+        read = _fd_reader(fd, size, stop.is_set)
+        skip = -self.offset % self.frame
 
         def aligned() -> bytes:
             nonlocal skip
             while True:
                 data = read()
-                self.offset += len(data)
                 if not data:
-                    return data
+                    if stop.is_set() or self.key == "-":
+                        return data
+                    self._writers_left(fd, stop)
+                    writer_left()
+                    skip = 0
+                    continue
+                self.offset += len(data)
+                _keep_pace(self.pace, len(data) / self.bytes_per_s, stop)
                 if skip:
                     data, skip = data[skip:], max(0, skip - len(data))
                 if data:
                     return data
         return aligned
+
+    def _writers_left(self, fd: int, stop: threading.Event) -> None:
+        """No writer has the FIFO open any more: drop a partial frame, and open the FIFO again
+        (a reader that has seen its writers go is woken for ever after, Linux's POLLHUP)."""
+        partial = self.offset % self.frame
+        if partial:
+            self.offset -= partial
+            self.partials_dropped += 1
+            log.warning("%s: a writer left in the middle of a sample; dropped its %d byte(s) so that "
+                        "the next writer is heard in step", self.name, partial)
+        try:
+            fresh = _open_fifo(Path(self.key), self.name)
+        except AudioUnavailable as exc:
+            log.warning("%s: cannot open the FIFO again (%s); trying again", self.name, exc)
+            stop.wait(POLL_S)  # the old reader wakes at once: do not spin
+            return
+        os.dup2(fresh, fd, inheritable=False)  # the new reader is in place before the old one goes
+        os.close(fresh)
 
     def give_back(self) -> None:
         """The source is done reading: drain until the next one takes the pipe (or let go of it
@@ -378,17 +510,10 @@ class HeldPipe:
             self._drainer.start()
 
     def _drain(self) -> None:
-        fd = self.fd
-        assert fd is not None
+        read = self.reader(65536, self._stop_draining)
         try:
-            while not self._stop_draining.is_set():
-                ready, _, _ = select.select([fd], [], [], POLL_S)
-                if ready and not self._stop_draining.is_set():
-                    data = os.read(fd, 65536)
-                    self.offset += len(data)
-                    self.drained += len(data)
-                    if not data:
-                        return  # the end of standard input: nothing more will come
+            while data := read():
+                self.drained += len(data)
         except OSError as exc:
             log.warning("%s: draining stopped (%s)", self.name, exc.strerror or exc)
 
@@ -435,7 +560,8 @@ def _open_fifo(path: Path, name: str) -> int:
         if not path.exists():
             os.mkfifo(path, 0o600)
             log.info("%s: created the FIFO", name)
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)  # never waits for a writer; anything else is refused
+        # Non-blocking: the open does not wait for a writer (reads wait in select).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise AudioUnavailable(f"{name}: cannot open ({exc.strerror or exc})") from None
     if not stat.S_ISFIFO(os.fstat(fd).st_mode):
@@ -449,9 +575,10 @@ class CommandSource:
 
     The command is started at once, so one that cannot run at all fails here with
     `AudioUnavailable`. One that exits later (a device unplugged, a sound server
-    restarting) or stops writing (`STALL_S`) is started again with backoff (`RESTART_S`);
-    `on_trouble` hears why
-    (a line for the device status) and, with None, when audio flows again. Its stderr
+    restarting) or stops writing (`STALL_S`) is started again with backoff (`RESTART_S`); one
+    that writes faster than real time is read at `MAX_INPUT_SPEED` times real time, and one that
+    writes nothing but noise at full scale for `NOISE_WINDOWS` s is a trouble too. `on_trouble`
+    hears why (a line for the device status) and, with None, when audio flows again. Its stderr
     is logged at debug. The reading thread owns the process once it reads: `close`
     only says stop, and the reader stops the command within `POLL_S`.
     """
@@ -472,10 +599,14 @@ class CommandSource:
         """How often the command has been started."""
         self.on_trouble: Callable[[str | None], None] | None = None
         self._block_bytes = max(1, round(block_s * rate)) * channels * width
+        self._bytes_per_s = rate * channels * width
+        self._pace = Pace(MAX_INPUT_SPEED, PACE_BURST_S, time.monotonic())
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._reading = False
         self._troubled = False
+        self._noise_s = 0
+        """Seconds in a row of nothing but noise at full scale."""
         self._proc: AudioProcess | None = self._start()
 
     def _start(self) -> AudioProcess:
@@ -531,9 +662,21 @@ class CommandSource:
         """Its audio until it closes its output (or the source is closed)."""
         rate, channels, width = self.format
         convert = PcmConverter(rate, channels, width, self.name)  # a dead run's partial frame goes with it
-        read = _fd_reader(proc.stdout_fd, self._block_bytes, self._closed.is_set, self.stall_s)
+        fd_read = _fd_reader(proc.stdout_fd, self._block_bytes, self._closed.is_set, self.stall_s)
+        check = PcmCheck(self._bytes_per_s, width, channels)
+
+        def read() -> bytes:
+            data = fd_read()
+            _keep_pace(self._pace, len(data) / self._bytes_per_s, self._closed)
+            verdict = check.push(data) if data else None
+            if verdict is not None:
+                self._noise_s = self._noise_s + 1 if verdict == "noise" else 0
+                if self._noise_s == NOISE_WINDOWS:
+                    self._report(_noise_problem(self.name, convert))
+            return data
+
         for block in _converted(read, convert, self._closed.is_set, self.name):
-            if self._troubled:
+            if self._troubled and self._noise_s < NOISE_WINDOWS:
                 self._troubled = False
                 log.info("%s: audio again", self.name)
                 if self.on_trouble is not None:

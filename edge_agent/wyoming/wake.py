@@ -9,7 +9,7 @@ can fire again after the engine's refractory period), and `audio-stop` with no
 detection is answered `not-detected`.
 
 A connection's wake audio is heard at most `wyoming.max_wake_speed` times real
-time (`Pace`): a live microphone sends a second of audio a second, a client that
+time (`audio.pace.Pace`): a live microphone sends a second of audio a second, a client that
 sends faster waits, chunk by chunk, and what it sends waits in the socket's
 buffers (nothing is dropped). Unpaced, one client streaming as fast as it could
 kept a core busy (11,984 s of audio in 40 s).
@@ -26,6 +26,7 @@ from wyoming.info import WakeModel, WakeProgram
 from wyoming.wake import Detection, NotDetected
 
 from edge_agent import __version__
+from edge_agent.audio.pace import Pace
 from edge_agent.config import Settings
 from edge_agent.wake.engine import WakeEngine
 from edge_agent.wake.models import WakeModelSpec, check_all
@@ -39,23 +40,6 @@ Send = Callable[[Event], Awaitable[None]]
 
 PACE_BURST_S = 2.0
 """Seconds of audio a connection may send ahead of its pace (buffered audio after a stall)."""
-
-
-class Pace:
-    """At most `speed` seconds of audio a second, after a head start of `burst_s` (a token bucket
-    refilled at `speed`, holding at most `burst_s`): how long each piece of audio has to wait."""
-
-    def __init__(self, speed: float, burst_s: float, now: float) -> None:
-        self.speed = speed
-        self.burst_s = burst_s
-        self._credit_s = burst_s
-        self._at = now
-
-    def wait_s(self, audio_s: float, now: float) -> float:
-        """Seconds to wait before hearing `audio_s` more seconds of audio that arrived at `now`."""
-        self._credit_s = min(self.burst_s, self._credit_s + (now - self._at) * self.speed) - audio_s
-        self._at = now
-        return max(0.0, -self._credit_s / self.speed)
 
 
 class WakeService:

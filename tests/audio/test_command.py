@@ -87,7 +87,7 @@ def test_a_command_that_exits_is_started_again_with_growing_delays(tmp_path: Pat
     source.on_trouble = said.append
     reader = Reader(source)
     try:
-        wait_until(lambda: starts.exists() and len(starts.read_text().split()) >= 4, what="the fourth start")
+        wait_until(lambda: len(said) >= 4, what="the fourth exit reported")
     finally:
         reader.stop()
     assert reader.error is None and reader.blocks == []
@@ -188,3 +188,153 @@ def test_the_configured_input_is_the_command(tmp_path: Path) -> None:
         wait_until(lambda: reader.samples >= 3000, what="the python command's audio")
     finally:
         reader.stop()
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (a zombie has ended: where no init reaps
+    orphans, killpg(pgid, 0) would still find it)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+NEVER_READS = "sh -c 'sleep 600 & exec sleep 600'"
+"""A speaker command that takes no audio (a hung player), with a child in its group."""
+
+
+def test_an_output_command_that_never_reads_is_stopped_with_its_group_after_the_stall(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Seen: one os.write of a whole sentence blocked for as long as the command did not read,
+    # so the stall check never ran and the announcement never ended.
+    monkeypatch.setattr("edge_agent.audio.sinks.WRITE_STALL_S", 1.0)
+    sink = CommandSink(NEVER_READS, 22050)
+    pgid = sink._proc.pid
+    errors: list[BaseException] = []
+
+    def speak() -> None:
+        try:
+            sink.write(tone(300, 10.0, 22050))  # 430 KiB: far beyond what the pipe holds
+            sink.close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    speaker = threading.Thread(target=speak, daemon=True)
+    speaker.start()
+    speaker.join(30)  # a generous bound: the stall is 1 s
+    assert not speaker.is_alive(), "the write to a command that never reads did not end"
+    assert len(errors) == 1 and isinstance(errors[0], AudioError)
+    assert "took no audio for 1 s; stopped it" in str(errors[0])
+    wait_until(lambda: not group_alive(pgid), timeout=10, what="the command and its child gone")
+
+
+def test_a_short_sound_to_an_output_command_that_never_reads_ends_at_the_stall_not_the_drain(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Half a second fits in the pipe: no write blocks, and only the wait for it to be played
+    # can tell that nobody reads it.
+    monkeypatch.setattr("edge_agent.audio.sinks.WRITE_STALL_S", 1.0)
+    sink = CommandSink(NEVER_READS, 22050)
+    pgid = sink._proc.pid
+    sink.write(tone(300, 0.5, 22050))
+    with pytest.raises(AudioError, match="took no audio for 1 s"):
+        sink.close()  # DRAIN_S (30 s) is not waited
+    wait_until(lambda: not group_alive(pgid), timeout=10, what="the command and its child gone")
+
+
+def test_an_output_command_that_plays_slowly_is_not_taken_for_stuck(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A player reading at its own pace (here 32 KiB a second, 1.5x real time): each stall
+    # deadline runs from the last byte it took, not from the start of the sentence.
+    monkeypatch.setattr("edge_agent.audio.sinks.WRITE_STALL_S", 1.0)
+    out = tmp_path / "played.raw"
+    player = ("import sys, time\n"
+              "with open(sys.argv[1], 'wb') as out:\n"
+              "    while data := sys.stdin.buffer.read(4096):\n"
+              "        out.write(data); time.sleep(0.125)\n")
+    sink = CommandSink(shlex.join([sys.executable, "-c", player, str(out)]), 22050)
+    sink.write(tone(300, 3.0, 22050))
+    sink.close()
+    assert len(out.read_bytes()) == 3 * 22050 * 2
+
+
+def test_every_audio_command_still_running_is_stopped_at_shutdown() -> None:
+    from edge_agent.audio.command import stop_all
+
+    sink = CommandSink(NEVER_READS, 22050)
+    source = CommandSource(NEVER_READS)  # never read: started, not yet owned by a reader
+    groups = [sink._proc.pid, source._proc.pid]  # type: ignore[union-attr]
+    stop_all()
+    wait_until(lambda: not any(map(group_alive, groups)), timeout=10, what="every group gone")
+
+
+def sigblk(proc_status: str) -> int:
+    line = next(line for line in proc_status.splitlines() if line.startswith("SigBlk:"))
+    return int(line.split()[1], 16)
+
+
+def test_an_audio_command_starts_with_no_signal_blocked_whatever_its_thread_blocks() -> None:
+    import signal
+
+    from edge_agent.audio.command import AudioProcess
+
+    # As PortAudio does in the thread that imports sounddevice: a recorder that inherited this
+    # would get EPIPE instead of dying when its reader goes.
+    seen: list[str] = []
+
+    def start() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
+        proc = AudioProcess(["cat", "/proc/self/status"], "audio.input_command", reads=True)
+        with os.fdopen(os.dup(proc.stdout_fd), "rb") as out:
+            seen.append(out.read().decode())
+        proc.stop()
+        seen.append(str(signal.pthread_sigmask(signal.SIG_BLOCK, set())))
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join(10)
+    assert sigblk(seen[0]) == 0
+    assert seen[1] == str({signal.SIGPIPE})  # the thread's own mask is as it was
+
+
+def test_importing_sounddevice_leaves_the_signal_mask_as_it_was() -> None:
+    import subprocess
+
+    # A fresh interpreter: whether PortAudio blocks SIGPIPE shows only on its first import.
+    probe = ("import signal, subprocess\n"
+             "from edge_agent.audio.sinks import AudioUnavailable, import_sounddevice\n"
+             "try:\n    import_sounddevice()\nexcept AudioUnavailable:\n    print('no PortAudio')\n"
+             "print(signal.pthread_sigmask(signal.SIG_BLOCK, set()))\n"
+             "print(subprocess.run(['cat', '/proc/self/status'], capture_output=True, text=True).stdout)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                         check=True).stdout
+    assert "no PortAudio" not in out, "libportaudio2 is not installed (scripts/test installs it)"
+    assert out.splitlines()[0] == "set()"
+    assert sigblk(out) == 0  # and so a child started afterwards dies of SIGPIPE as it should
+
+
+def test_a_recorder_faster_than_real_time_is_heard_at_a_bounded_pace() -> None:
+    import time
+
+    from edge_agent.audio.sources import MAX_INPUT_SPEED, PACE_BURST_S
+
+    # Seen: a command writing garbage as fast as it could kept the daemon at 1.00 core.
+    source = CommandSource("cat /dev/urandom")
+    said: list[str | None] = []
+    source.on_trouble = said.append
+    started = time.monotonic()
+    reader = Reader(source)
+    try:
+        wait_until(lambda: reader.samples >= 6 * TARGET_RATE, what="six seconds of audio")
+        elapsed = time.monotonic() - started
+    finally:
+        reader.stop()
+    assert reader.error is None
+    # A lower bound, which load can only lengthen: after the head start, no faster than the pace.
+    assert elapsed >= (6 - PACE_BURST_S) / MAX_INPUT_SPEED
+    # And it is garbage, which the status says (once, and not cleared while it lasts).
+    assert said == ["audio.input_command: hears only noise at full scale "
+                    "(is it 16000 Hz, 16-bit little-endian PCM?)"]

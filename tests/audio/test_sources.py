@@ -1,4 +1,5 @@
 import io
+import sys
 import wave
 
 import numpy as np
@@ -6,6 +7,7 @@ import pytest
 
 from edge_agent.audio.sinks import AudioUnavailable
 from edge_agent.audio.sources import TARGET_RATE, PcmStreamSource, SoundDeviceSource, WavFileSource
+from edge_agent.audio.wav import encode_pcm
 from edge_agent.errors import AudioError
 from tests.speech_fixtures import RATE, write_wav
 
@@ -119,9 +121,11 @@ def test_raw_stream_with_a_bad_rate_is_refused():
 
 
 def test_microphone_without_portaudio_or_device_is_a_clear_error():
+    from edge_agent.audio.sinks import import_sounddevice
+
     try:
-        import sounddevice  # noqa: F401
-    except OSError:
+        import_sounddevice()  # as the agent imports it: the signal mask put back
+    except AudioUnavailable:
         pass
     else:
         pytest.skip("PortAudio is installed here; the no-library path cannot be shown")
@@ -180,7 +184,6 @@ def test_a_fifo_is_read_as_writers_come_and_go_until_closed(tmp_path):
     import threading
 
     from edge_agent.audio.sources import PipeSource
-    from edge_agent.audio.wav import encode_pcm
     from tests.waiting import wait_until
 
     fifo = tmp_path / "mic.pcm"
@@ -189,7 +192,7 @@ def test_a_fifo_is_read_as_writers_come_and_go_until_closed(tmp_path):
     reader = threading.Thread(target=lambda: got.extend(source.blocks()), daemon=True)
     reader.start()
     pcm = encode_pcm(tone(250, 0.5, 8000), 2)
-    for piece in (pcm[:4001], pcm[4001:6000], pcm[6000:]):  # a frame torn between two writers
+    for piece in (pcm[:4000], pcm[4000:6000], pcm[6000:]):
         with fifo.open("wb") as writer:  # each writer closes: no end of stream for the reader
             writer.write(piece)
     # 8000 samples at 16 kHz were sent; the resampler keeps its last ~1400 until more comes
@@ -257,6 +260,133 @@ def test_a_fifo_writer_lives_through_a_closed_source_and_the_next_source_hears_i
         writer.kill()
         writer.wait()
         release_pipes()
+
+
+def test_a_fifo_writer_that_leaves_half_a_sample_does_not_shift_the_next_one(tmp_path, caplog):
+    import logging
+    import threading
+
+    from edge_agent.audio.sources import HeldPipe, PipeSource
+    from tests.waiting import wait_until
+
+    # Seen: one odd byte left by a writer shifted every later writer's samples by a byte, for
+    # good: the device heard noise and said nothing.
+    fifo = tmp_path / "mic.pcm"
+    source = PipeSource(str(fifo), rate=8000)
+    got: list[np.ndarray] = []
+    reader = threading.Thread(target=lambda: got.extend(source.blocks()), daemon=True)
+    try:
+        with caplog.at_level(logging.WARNING):
+            reader.start()
+            with fifo.open("wb") as writer:
+                writer.write(encode_pcm(tone(250, 0.5, 8000), 2) + b"\x01")  # and half a sample
+            pipe = HeldPipe._held[str(fifo)]
+            wait_until(lambda: pipe.partials_dropped == 1, what="the half sample dropped")
+            before = sum(map(len, list(got)))
+            with fifo.open("wb") as writer:
+                writer.write(encode_pcm(tone(400, 1.0, 8000), 2))
+            wait_until(lambda: sum(map(len, list(got))) >= before + 12000, what="the second writer heard")
+    finally:
+        source.close()
+        reader.join(5)
+    second = np.concatenate(got)[before + 2000:before + 12000]  # past the resampler's seam
+    assert dominant_frequency(second, TARGET_RATE) == pytest.approx(400, abs=3)
+    assert np.max(np.abs(second)) == pytest.approx(0.5, abs=0.02)  # a byte off: noise at full scale
+    assert "a writer left in the middle of a sample; dropped its 1 byte(s)" in caplog.text
+
+
+def test_a_fifo_writer_a_byte_out_of_step_is_set_in_step_and_the_trouble_told(tmp_path):
+    import threading
+
+    from edge_agent.audio.sources import PipeSource
+    from tests.waiting import wait_until
+
+    # A writer that stays: no end of its stream tells that it wrote half a sample first.
+    fifo = tmp_path / "mic.pcm"
+    source = PipeSource(str(fifo), rate=8000)
+    said: list[str | None] = []
+    source.on_trouble = said.append
+    got: list[np.ndarray] = []
+    reader = threading.Thread(target=lambda: got.extend(source.blocks()), daemon=True)
+    reader.start()
+    try:
+        # A tone in a room's hiss: random low bytes, as every microphone's (a pure tone's are
+        # periodic, and a byte off it is no noise).
+        hiss = np.random.default_rng(0).normal(0, 0.01, 6 * 8000).astype(np.float32)
+        with fifo.open("wb") as writer:
+            writer.write(b"\x01" + encode_pcm(tone(400, 6.0, 8000) + hiss, 2))
+            wait_until(lambda: None in said, what="the stream in step again")
+            before = sum(map(len, list(got)))
+            writer.write(encode_pcm(tone(400, 1.0, 8000), 2))
+            wait_until(lambda: sum(map(len, list(got))) >= before + 12000, what="a second heard after")
+    finally:
+        source.close()
+        reader.join(5)
+    assert said[0] == (f"audio.input_pipe ({fifo}): the stream was a byte out of step "
+                       "(half a sample written?); skipped a byte")
+    assert said[-1] is None and source.realigned == 1
+    after = np.concatenate(got)[before:before + 12000]
+    assert dominant_frequency(after, TARGET_RATE) == pytest.approx(400, abs=3)
+    assert np.max(np.abs(after)) < 0.6  # a byte off: noise at full scale
+
+
+def test_a_fifo_that_brings_only_noise_is_told_as_trouble(tmp_path):
+    import subprocess
+    import threading
+
+    from edge_agent.audio.sources import PipeSource, release_pipes
+    from tests.waiting import wait_until
+
+    fifo = tmp_path / "mic.pcm"
+    source = PipeSource(str(fifo))
+    said: list[str | None] = []
+    source.on_trouble = said.append
+    writer = subprocess.Popen(["sh", "-c", f"exec cat /dev/urandom > {fifo}"])
+    reader = threading.Thread(target=lambda: list(source.blocks()), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: said, what="the noise told")
+    finally:
+        source.close()
+        reader.join(5)
+        writer.kill()
+        writer.wait()
+        release_pipes()
+    assert said == [f"audio.input_pipe ({fifo}): hears only noise at full scale "
+                    "(is it 16000 Hz, 16-bit little-endian PCM?)"]
+
+
+def test_a_fifo_written_faster_than_real_time_is_heard_at_a_bounded_pace_and_loses_nothing(tmp_path):
+    import subprocess
+    import time
+
+    from edge_agent.audio.sources import MAX_INPUT_SPEED, PACE_BURST_S, PipeSource, release_pipes
+
+    # Seen: a writer copying as fast as it could kept a core busy hearing it.
+    fifo = tmp_path / "mic.pcm"
+    source = PipeSource(str(fifo), rate=8000)
+    pcm = encode_pcm(tone(250, 8.0, 8000), 2)  # 8 s, written at once
+    writer = subprocess.Popen([sys.executable, "-c",
+                               "import sys; open(sys.argv[1], 'wb').write(sys.stdin.buffer.read())",
+                               str(fifo)], stdin=subprocess.PIPE)
+    try:
+        started = time.monotonic()
+        writer.stdin.write(pcm)
+        writer.stdin.close()
+        heard: list[np.ndarray] = []
+        for block in source.blocks():
+            heard.append(block)
+            if sum(map(len, heard)) >= 7.5 * TARGET_RATE:
+                break
+        elapsed = time.monotonic() - started
+        assert writer.wait(10) == 0
+    finally:
+        source.close()
+        writer.kill()
+        release_pipes()
+    # A lower bound, which load can only lengthen: after the head start, no faster than the pace.
+    assert elapsed >= (7.5 - PACE_BURST_S) / MAX_INPUT_SPEED
+    assert dominant_frequency(np.concatenate(heard), TARGET_RATE) == pytest.approx(250, abs=2)
 
 
 def test_a_path_that_is_not_a_fifo_is_refused(tmp_path):

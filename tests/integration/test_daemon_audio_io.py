@@ -198,3 +198,93 @@ def test_an_output_command_gets_the_announcement_as_raw_pcm_at_its_rate(
     assert abs(len(audio) - 2 * 0.05 * 22050) <= 2
     assert np.median(np.abs(audio[200:1000])) == pytest.approx(0.1, abs=0.005)
     assert np.median(np.abs(audio[1300:2000])) == pytest.approx(0.2, abs=0.005)
+
+
+def write_in_real_time(fifo: Path, audio: np.ndarray, lead: bytes = b"") -> None:
+    """One writer: `lead`, then `audio` (16 kHz) in 20 ms blocks at the pace of a microphone."""
+    block = 320
+    started = time.monotonic()
+    with fifo.open("wb", buffering=0) as mic:
+        mic.write(lead)
+        for start in range(0, len(audio), block):
+            mic.write(encode_pcm(audio[start:start + block], 2))
+            ahead = (start + block) / 16000 - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)  # pacing, not synchronisation
+
+
+def test_a_fifo_writer_that_leaves_half_a_sample_does_not_make_the_device_deaf(
+        tmp_path: Path, broker: Any, whisper_dir: Path, room: np.ndarray, watcher: Watcher) -> None:
+    from edge_agent.audio.sources import HeldPipe
+
+    # Seen: one odd byte left by a writer shifted every later writer's samples by a byte: the
+    # device heard noise for good, logged nothing and said `listening`.
+    fifo = tmp_path / "mic.pcm"
+    running = HearingDaemon(tmp_path, broker, whisper_dir,
+                            {"audio.input_pipe": str(fifo), "wake.chime": False})
+    try:
+        watcher.wait("edge/dev1/status", lambda d: d.get("listen", {}).get("state") == "listening")
+        with fifo.open("wb") as first:
+            first.write(encode_pcm(silence(0.5), 2) + b"\x01")
+        pipe = HeldPipe._held[str(fifo)]
+        wait_until(lambda: pipe.partials_dropped == 1, what="the half sample dropped")
+        write_in_real_time(fifo, room)
+        heard_the_turn(watcher)
+    finally:
+        running.stop()
+
+
+def test_a_fifo_writer_of_garbage_at_full_speed_is_paced_and_on_the_status(
+        tmp_path: Path, broker: Any, whisper_dir: Path, watcher: Watcher) -> None:
+    from edge_agent.audio.sources import MAX_INPUT_SPEED, PACE_BURST_S
+
+    # Seen: a writer faster than real time kept the daemon at a core, and garbage was `listening`.
+    fifo = tmp_path / "mic.pcm"
+    running = HearingDaemon(tmp_path, broker, whisper_dir,
+                            {"audio.input_pipe": str(fifo), "wake.chime": False})
+    writer = None
+    try:
+        watcher.wait("edge/dev1/status", lambda d: d.get("listen", {}).get("state") == "listening")
+        writer = subprocess.Popen(["sh", "-c", f"exec cat /dev/urandom > {shlex.quote(str(fifo))}"])
+        started = time.monotonic()
+        status = watcher.wait("edge/dev1/status",
+                              lambda d: d.get("listen", {}).get("state") == "unavailable")[-1]
+        assert "hears only noise at full scale" in status["listen"]["error"]
+        listener = running.daemon.listener
+        assert listener is not None
+        heard_s, elapsed = listener.audio_s, time.monotonic() - started
+        # An upper bound, which load can only lower: no faster than the pace after its head start.
+        assert heard_s <= PACE_BURST_S + MAX_INPUT_SPEED * elapsed + 0.5
+        writer.kill()
+        writer.wait()
+        write_in_real_time(fifo, silence(2.5))  # audio again: the status says so
+        watcher.wait("edge/dev1/status", lambda d: d.get("listen", {}).get("state") == "listening", count=2)
+    finally:
+        if writer is not None:
+            writer.kill()
+            writer.wait()
+        running.stop()
+
+
+def test_a_recorder_of_garbage_faster_than_real_time_is_paced_and_on_the_status(
+        tmp_path: Path, broker: Any, whisper_dir: Path, watcher: Watcher) -> None:
+    from edge_agent.audio.sources import MAX_INPUT_SPEED, PACE_BURST_S
+
+    # Seen: garbage written as fast as a command could kept the daemon at 1.00 core, `listening`.
+    running = HearingDaemon(tmp_path, broker, whisper_dir,
+                            {"audio.input_command": "cat /dev/urandom", "wake.chime": False})
+    try:
+        watcher.wait("edge/dev1/status", lambda d: d.get("listen", {}).get("state") == "listening")
+        listener = running.daemon.listener
+        assert listener is not None
+        wait_until(lambda: listener.audio_s >= PACE_BURST_S + 4 * MAX_INPUT_SPEED,
+                   what="the audio of four seconds at the pace")
+        started, heard = time.monotonic(), listener.audio_s
+        wait_until(lambda: listener.audio_s >= heard + 2 * MAX_INPUT_SPEED, what="two seconds more")
+        # A lower bound, which load can only lengthen: past the head start, the pace holds.
+        assert time.monotonic() - started >= 2 * 0.9
+        status = watcher.wait("edge/dev1/status",
+                              lambda d: d.get("listen", {}).get("state") == "unavailable")[-1]
+        assert "audio.input_command: hears only noise at full scale" in status["listen"]["error"]
+    finally:
+        running.stop()

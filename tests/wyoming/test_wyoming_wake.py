@@ -20,7 +20,7 @@ from wyoming.wake import Detect, Detection
 from benchmarks.clips import load_16k, piper_clip
 from edge_agent.audio.resample import resample
 from edge_agent.audio.wav import to_pcm16
-from edge_agent.wyoming.wake import PACE_BURST_S, Pace
+from edge_agent.wyoming.wake import PACE_BURST_S
 from tests.speech_fixtures import silence
 from tests.wyoming.wyoming_support import ServerThread, make_server
 
@@ -95,15 +95,6 @@ def test_an_unknown_wake_word_is_refused_and_the_connection_ended(server: Server
 
     answers = asyncio.run(go())
     assert [Error.from_event(e).code for e in answers] == ["unknown-wake-word"]
-
-
-def test_pace_lets_a_head_start_through_then_holds_audio_to_its_speed() -> None:
-    pace = Pace(speed=2.0, burst_s=2.0, now=100.0)
-    assert pace.wait_s(2.0, 100.0) == 0.0  # the head start
-    assert pace.wait_s(1.0, 100.0) == 0.5  # then 1 s of audio per 0.5 s at twice real time
-    assert pace.wait_s(1.0, 100.5) == 0.5  # waited its turn: the next second is due at 101.0
-    assert pace.wait_s(1.0, 110.0) == 0.0  # a pause earns the head start back, no more
-    assert pace.wait_s(2.0, 110.0) == 0.5
 
 
 def test_max_wake_speed_must_be_positive() -> None:
