@@ -11,8 +11,8 @@ Who holds what (so that Home Assistant always gets in, whatever else connects):
 - **Before Hello** a connection holds no slot. Connections that have not said Hello yet
   (and, with a key, finished the Noise handshake, which proves the key) have a budget of
   their own, `max_handshakes` at a time and `handshake_timeout_s` each: a newcomer past
-  the budget closes the oldest of them, and one that has not said Hello in time is
-  closed. A socket that connects and says nothing costs a budget entry for a few
+  the budget closes the oldest of them from the address holding the most, and one that
+  has not said Hello in time is closed. A socket that connects and says nothing costs a budget entry for a few
   seconds, never a slot.
 - **After Hello** a connection takes one of `max_connections` slots. When they are all
   taken, the newcomer gets in and the connection that costs least to lose goes: one
@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from collections import Counter
 
 from aioesphomeapi import api_pb2 as pb
 from google.protobuf.message import Message
@@ -70,6 +71,8 @@ class ApiConnection:
                                                   if server.psk else FrameReader(reader, server.limits))
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "a client"
+        self.source = str(peer[0]) if isinstance(peer, tuple) else ""
+        """The peer's address: a flood before Hello closes its own connections first."""
         self._loop = asyncio.get_running_loop()
         self.deadline = self._loop.time() + server.handshake_timeout_s
         """Loop time by which the client must have said Hello (after the Noise handshake, if keyed)."""
@@ -245,7 +248,7 @@ class EsphomeServer:
 
     def __init__(self, name: str, host: str, port: int, assistant: Assistant, entities: Entities, *,
                  mac: str, limits: FrameLimits | None = None, max_connections: int = 8,
-                 max_handshakes: int = 16, handshake_timeout_s: float = 10.0,
+                 max_handshakes: int = 128, handshake_timeout_s: float = 10.0,
                  max_buffered_bytes: int = 1 << 20, psk: bytes | None = None) -> None:
         self.name = name
         self.host = host
@@ -329,6 +332,22 @@ class EsphomeServer:
         if not connection.leaving:
             log.warning("esphome: %s: %s; connection closed", connection.peer, exc)
 
+    def _evict(self, newcomer: ApiConnection) -> None:
+        """Close the oldest connection before Hello of the address holding the most of them: a flood
+        from a few addresses closes its own, not Home Assistant's between its connect and its Hello
+        (the offload server's handshake admission, with one stage)."""
+        held = Counter(c.source for c in self.greeting)  # oldest first: ties go to the oldest's address
+        source = max(held, key=held.__getitem__)
+        victim = next(c for c in self.greeting if c.source == source and c is not newcomer)
+        del self.greeting[victim]
+        self.evicted += 1
+        victim.evict()
+        if self._evict_log.ready():
+            also = self._evict_log.take_suppressed()
+            log.warning("esphome: %d connections have not said Hello; the oldest from %s (%s) closed for "
+                        "a newer one%s", self.max_handshakes, source, victim.peer,
+                        f" ({also} more in the last {self._evict_log.interval_s:g} s)" if also else "")
+
     def _publish(self, message: Message) -> None:
         """A state change, to every subscribed connection (any thread)."""
         for connection in list(self.connections):
@@ -340,17 +359,9 @@ class EsphomeServer:
             writer.transport.abort()
             return
         connection = ApiConnection(self, reader, writer)
-        while len(self.greeting) >= self.max_handshakes:
-            oldest = next(iter(self.greeting))
-            del self.greeting[oldest]
-            self.evicted += 1
-            oldest.evict()
-            if self._evict_log.ready():
-                also = self._evict_log.take_suppressed()
-                log.warning("esphome: %d connections have not said Hello; the oldest (%s) closed for a "
-                            "newer one%s", self.max_handshakes, oldest.peer,
-                            f" ({also} more in the last {self._evict_log.interval_s:g} s)" if also else "")
         self.greeting[connection] = None
+        while len(self.greeting) > self.max_handshakes:
+            self._evict(connection)
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)

@@ -28,8 +28,10 @@ class EsphomeSettings:
     max_connections: int = 8
     """Connections that have said Hello (after the Noise handshake, when keyed). One more gets in and
     displaces the connection idle the longest with nothing in flight (see docs/home-assistant.md)."""
-    max_handshakes: int = 16
-    """Connections that have not said Hello yet, at most; a newer one closes the oldest of them."""
+    max_handshakes: int = 128
+    """Connections that have not said Hello yet, at most; a newer one closes the oldest from the
+    address holding the most of them. Above the 100 connections one accept burst can bring in before
+    any is read, so a flood cannot close Home Assistant's between its connect and its Hello."""
     handshake_timeout_s: float = 10.0
     """Time a new connection has to say Hello (and, when keyed, finish the Noise handshake first)."""
     max_frame_bytes: int = 65536

@@ -188,6 +188,30 @@ def test_a_flood_before_hello_is_bounded_in_count_and_in_time(tmp_path: Path, br
                 sock.close()
 
 
+def test_a_flood_before_hello_from_one_address_closes_its_own_connections_not_another_s(
+        tmp_path: Path, broker: Any) -> None:
+    for daemon in run_daemon(tmp_path, broker, {"esphome.max_handshakes": 4}):
+        server = daemon.esphome.server
+        port = port_of(daemon)
+        other = socket.create_connection(("127.0.0.1", port), timeout=10)  # the oldest of all
+        flood = []
+        try:
+            for _ in range(20):
+                sock = socket.socket()
+                sock.bind(("127.0.0.2", 0))
+                sock.connect(("127.0.0.1", port))
+                flood.append(sock)
+            wait_until(lambda s=server: s.evicted == 17, what="17 of the flood to be closed")
+            assert len(server.greeting) == 4
+            assert [c.source for c in server.greeting].count("127.0.0.1") == 1  # still open
+            other.sendall(HELLO)  # and it gets its slot
+            assert _types(other.recv(256)) == [2]  # HelloResponse
+        finally:
+            other.close()
+            for sock in flood:
+                sock.close()
+
+
 def test_a_refusal_reaches_a_client_that_is_still_sending(tmp_path: Path, broker: Any) -> None:
     """A plain-text client at a keyed device, sending 512 KiB of pings after its Hello: it reads
     the 'requires encryption' frame and a clean end, not a reset that would have destroyed them."""

@@ -7,7 +7,10 @@ attack does), in one of two states:
 
 - `silent`: connect, then send nothing;
 - `hello-ping`: connect, say `HelloRequest`, then only `PingRequest`, once a second,
-  reading every answer (what an idle client costs the device).
+  reading every answer (what an idle client costs the device);
+- `flood` (not in the default run): a thread opening silent connections as fast as it
+  can from `--flood-source`, holding its newest 300, so connections before Hello churn
+  through their budget while Home Assistant's wait for their Hello.
 
 Then Home Assistant's client (aioesphomeapi's `APIClient`) connects `attempts`
 times, one after another, as Home Assistant does: connect and log in, subscribe to
@@ -22,13 +25,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +43,7 @@ from benchmarks.loopback import stop_process
 from benchmarks.report import emit, machine, median
 
 STATES = ("silent", "hello-ping")
+FLOOD_HELD = 300
 READY_S = 120.0
 REOPEN_S = 0.05
 PING_S = 1.0
@@ -127,16 +134,48 @@ async def _attempt(port: int, within_s: float, hold_s: float) -> dict[str, Any]:
     return result
 
 
+class Flood(threading.Thread):
+    """Silent connections from `source`, opened as fast as one thread can, the newest kept open."""
+
+    def __init__(self, port: int, source: str) -> None:
+        super().__init__(daemon=True, name="flood")
+        self.port = port
+        self.source = source
+        self.opened = 0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        held: collections.deque[socket.socket] = collections.deque()
+        while not self.stopping.is_set():
+            try:
+                held.append(socket.create_connection(("127.0.0.1", self.port), timeout=2,
+                                                     source_address=(self.source, 0)))
+            except OSError:
+                continue
+            self.opened += 1
+            if len(held) > FLOOD_HELD:
+                held.popleft().close()
+        for sock in held:
+            sock.close()
+
+
 async def attack(port: int, state: str, *, abusers: int, attempts: int, within_s: float,
-                 hold_s: float) -> dict[str, Any]:
+                 hold_s: float, flood_source: str = "127.0.0.1") -> dict[str, Any]:
     """`attempts` Home Assistant connections while `abusers` in `state` hold the device."""
-    crowd = [Abuser(port, state) for _ in range(abusers)]
+    crowd = [Abuser(port, state) for _ in range(abusers if state != "flood" else 0)]
+    flood = Flood(port, flood_source) if state == "flood" else None
     try:
+        if flood is not None:
+            flood.start()
+            await asyncio.sleep(1.0)  # the flood under way before Home Assistant comes
         await asyncio.wait_for(asyncio.gather(*(a.greeted.wait() for a in crowd)), 30)
         runs = [await _attempt(port, within_s, hold_s) for _ in range(attempts)]
     finally:
         for abuser in crowd:
             await abuser.stop()
+        if flood is not None:
+            flood.stopping.set()
+            await asyncio.to_thread(flood.join, 10)
     times = [r["s"] for r in runs if r["in"]]
     errors: dict[str, int] = {}
     for r in runs:
@@ -144,13 +183,14 @@ async def attack(port: int, state: str, *, abusers: int, attempts: int, within_s
             errors[r["error"]] = errors.get(r["error"], 0) + 1
     return {"attempts": attempts, "in": len(times), "kept": sum(r["kept"] for r in runs),
             "connect_s_median": median(times) if times else None, "connect_s_max": max(times, default=None),
-            "abuser_connections": sum(a.opened for a in crowd), "errors": errors}
+            "abuser_connections": sum(a.opened for a in crowd) + (flood.opened if flood else 0),
+            "errors": errors}
 
 
 class Device:
     """`edge-agent run` with the ESPHome API on, in a child process."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, sets: list[str] | None = None) -> None:
         work.mkdir(parents=True)
         config = {
             "device": {"id": "lockout"}, "mqtt": {"broker": "mqtt://127.0.0.1:9"},
@@ -162,7 +202,8 @@ class Device:
         (work / "config.yaml").write_text(json.dumps(config))
         self.log = work / "device.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edge_agent", "run", "--config", str(work / "config.yaml")],
+            [sys.executable, "-m", "edge_agent", "run", "--config", str(work / "config.yaml"),
+             *(arg for kv in sets or () for arg in ("--set", kv))],
             stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
             env=dict(os.environ, XDG_STATE_HOME=str(work / "state")))
         self.port = self._port()
@@ -196,22 +237,30 @@ def main() -> int:
     parser.add_argument("--within", type=float, default=2.0, help="seconds an attempt may take (default 2)")
     parser.add_argument("--hold", type=float, default=1.0,
                         help="seconds a connection must survive (default 1)")
-    parser.add_argument("--states", default=",".join(STATES), help=f"comma list of {', '.join(STATES)}")
+    parser.add_argument("--states", default=",".join(STATES),
+                        help=f"comma list of {', '.join(STATES)}, flood (default: the first two)")
+    parser.add_argument("--flood-source", default="127.0.0.1",
+                        help="the flood's address (127.0.0.2: another host than Home Assistant's)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of the device started here, e.g. esphome.max_handshakes=64")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result: dict[str, Any] = {"machine": machine(), "load": os.getloadavg()}
     lines = []
     with tempfile.TemporaryDirectory(prefix="edge-bench-lockout-") as tmp:
         for state in args.states.split(","):
-            device = Device(Path(tmp) / state)
+            device = Device(Path(tmp) / state, args.set)
             try:
                 found = asyncio.run(attack(device.port, state, abusers=args.abusers, attempts=args.attempts,
-                                           within_s=args.within, hold_s=args.hold))
+                                           within_s=args.within, hold_s=args.hold,
+                                           flood_source=args.flood_source))
                 found["displaced_logged"] = device.count(r"displaced")
             finally:
                 device.stop()
             result[state] = found
-            lines.append(f"{args.abusers} {state} abusers: Home Assistant in "
+            who = (f"a {state} from {args.flood_source}" if state == "flood"
+                   else f"{args.abusers} {state} abusers")
+            lines.append(f"{who}: Home Assistant in "
                          f"{found['in']}/{found['attempts']} "
                          f"within {args.within:g} s (median {_s(found['connect_s_median'])}, max "
                          f"{_s(found['connect_s_max'])}), kept {found['kept']} for {args.hold:g} s; "
