@@ -11,22 +11,32 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from edge_agent import netclose
 
 REFUSAL = b"refused: too large\n"
 
 
-def _serve(on_connection: Callable[[asyncio.StreamReader, asyncio.StreamWriter], object],
+def _serve(on_connection: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
            peer: Callable[[int], None]) -> None:
-    """Run a server whose connections `on_connection` handles while `peer(port)` runs in a thread."""
+    """Run a server whose one connection `on_connection` handles while `peer(port)` runs in a thread;
+    returns once both have finished."""
 
     async def main() -> None:
-        server = await asyncio.start_server(on_connection, "127.0.0.1", 0)  # type: ignore[arg-type]
+        finished = asyncio.Event()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                await on_connection(reader, writer)
+            finally:
+                finished.set()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         async with server:
             await asyncio.wait_for(asyncio.to_thread(peer, port), 30)
+            await asyncio.wait_for(finished.wait(), 30)
 
     asyncio.run(main())
 

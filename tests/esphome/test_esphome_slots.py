@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aioesphomeapi import APIClient
 from aioesphomeapi import api_pb2 as pb
 
 from edge_agent.esphome.frames import encode
@@ -45,11 +46,11 @@ def _types(data: bytes) -> list[int]:
     return kinds
 
 
-async def _home_assistant_connects(daemon: Any) -> float:
+async def _home_assistant_connects(daemon: Any, key: str | None = None) -> float:
     """Seconds from connecting to the device info answered, as Home Assistant connects."""
     loop = asyncio.get_running_loop()
     started = loop.time()
-    async for client in connected(daemon):
+    async for client in connected(daemon, noise_psk=key):
         client.subscribe_states(lambda state: None)
         assert (await asyncio.wait_for(client.device_info(), 10)).name == "kitchen"
         return loop.time() - started
@@ -163,6 +164,40 @@ def test_home_assistant_running_the_voice_assistant_is_never_the_one_displaced(d
 
     asyncio.run(scenario())
     assert server.displaced == 13
+
+
+def test_with_a_key_home_assistant_gets_in_behind_eight_keyed_clients_that_only_ping(
+        tmp_path: Path, broker: Any) -> None:
+    """Eight real aioesphomeapi clients with the key, connected and then idle (their keepalive
+    pings only): Home Assistant's client gets in, and the one displaced is told it was asked to go."""
+    stops: list[tuple[int, bool]] = []
+
+    def on_stop(n: int) -> Any:
+        async def stopped(expected: bool) -> None:
+            stops.append((n, expected))
+        return stopped
+
+    async def scenario(daemon: Any) -> float:
+        idle = [APIClient("127.0.0.1", port_of(daemon), password=None, client_info=f"idle {n}",
+                          noise_psk=KEY) for n in range(8)]
+        try:
+            for n, client in enumerate(idle):
+                await asyncio.wait_for(client.connect(on_stop=on_stop(n), login=True), 10)
+            assert len(daemon.esphome.server.connections) == 8
+            took = await _home_assistant_connects(daemon, KEY)
+            async with asyncio.timeout(10):
+                while not stops:
+                    await asyncio.sleep(0.02)
+            return took
+        finally:
+            for client in idle:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(client.disconnect(), 5)
+
+    for daemon in run_daemon(tmp_path, broker, {"esphome.encryption_key": KEY}):
+        assert asyncio.run(scenario(daemon)) < HA_WITHIN_S
+        assert stops[0] == (0, True)  # the longest idle, and it knew it was asked to leave
+        assert daemon.esphome.server.displaced == 1
 
 
 def test_a_flood_before_hello_is_bounded_in_count_and_in_time(tmp_path: Path, broker: Any) -> None:
