@@ -12,8 +12,8 @@ Who holds what (so that Home Assistant always gets in, whatever else connects):
   (and, with a key, finished the Noise handshake, which proves the key) have a budget of
   their own, `max_handshakes` at a time and `handshake_timeout_s` each: a newcomer past
   the budget closes the oldest of them from the address holding the most, and one that
-  has not said Hello in time is closed. A socket that connects and says nothing costs a budget entry for a few
-  seconds, never a slot.
+  has not said Hello in time is closed. A socket that connects and says nothing costs a
+  budget entry for a few seconds, never a slot.
 - **After Hello** a connection takes one of `max_connections` slots. When they are all
   taken, the newcomer gets in and the connection that costs least to lose goes: one
   with nothing in flight (not running the voice assistant, no announcement of its
