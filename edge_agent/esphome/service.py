@@ -44,6 +44,8 @@ class EsphomeService:
         self.assistant = assistant
         self.server = EsphomeServer(label(self.name), settings.host, settings.port, assistant, entities,
                                     mac=self.mac, limits=limits, max_connections=settings.max_connections,
+                                    max_handshakes=settings.max_handshakes,
+                                    handshake_timeout_s=settings.handshake_timeout_s,
                                     max_buffered_bytes=settings.max_buffered_bytes,
                                     psk=check_key(settings.encryption_key) or None)
         self._advert: Advertisement | None = None

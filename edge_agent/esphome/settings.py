@@ -26,7 +26,14 @@ class EsphomeSettings:
     zeroconf: bool = True
     """Advertise `_esphomelib._tcp.local.` so Home Assistant discovers the device."""
     max_connections: int = 8
-    """Connections beyond this are refused."""
+    """Connections that have said Hello (after the Noise handshake, when keyed). One more gets in and
+    displaces the connection idle the longest with nothing in flight (see docs/home-assistant.md)."""
+    max_handshakes: int = 128
+    """Connections that have not said Hello yet, at most; a newer one closes the oldest from the
+    address holding the most of them. Above the 100 connections one accept burst can bring in before
+    any is read, so a flood cannot close Home Assistant's between its connect and its Hello."""
+    handshake_timeout_s: float = 10.0
+    """Time a new connection has to say Hello (and, when keyed, finish the Noise handshake first)."""
     max_frame_bytes: int = 65536
     """Largest frame accepted; a larger claimed length closes the connection before anything is read."""
     idle_timeout_s: float = 90.0
@@ -49,9 +56,10 @@ class EsphomeSettings:
                                  "`openssl rand -base64 32`)")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port: {self.port} is outside 0..65535")
-        for name in ("max_connections", "max_frame_bytes", "max_buffered_bytes", "media_max_bytes"):
+        for name in ("max_connections", "max_handshakes", "max_frame_bytes", "max_buffered_bytes",
+                     "media_max_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1")
-        for name in ("idle_timeout_s", "media_timeout_s"):
+        for name in ("idle_timeout_s", "handshake_timeout_s", "media_timeout_s"):
             if not 0.0 < getattr(self, name) <= 3600.0:
                 raise ValueError(f"{name}: {getattr(self, name)} is outside 0..3600")

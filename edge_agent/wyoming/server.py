@@ -39,7 +39,7 @@ from wyoming.info import Info
 from wyoming.ping import Pong
 
 from edge_agent.errors import TIMEOUTS
-from edge_agent.netclose import hang_up
+from edge_agent.netclose import close, hang_up
 from edge_agent.wyoming import tts
 from edge_agent.wyoming.asr import AsrService, AsrSession
 from edge_agent.wyoming.audio import Refused
@@ -188,7 +188,7 @@ class WyomingServer:
         finally:
             if hang_up:
                 await self._hang_up(reader, writer, peer)
-            await _close(writer)
+            await close(writer)
 
     async def _hang_up(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str) -> None:
         """End our side after an `error` event; what the client still sends is read and dropped,
@@ -199,7 +199,7 @@ class WyomingServer:
             return
         self._lingering += 1
         try:
-            if not await hang_up(reader, writer, linger_s=LINGER_S, max_bytes=LINGER_BYTES):
+            if not (await hang_up(reader, writer, linger_s=LINGER_S, linger_bytes=LINGER_BYTES)).ended:
                 log.debug("wyoming client %s still sending after %g s or %d bytes: reset", peer,
                           LINGER_S, LINGER_BYTES)
         finally:
@@ -378,15 +378,3 @@ def _peer(writer: asyncio.StreamWriter) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-async def _close(writer: asyncio.StreamWriter) -> None:
-    """Close after what is still buffered has been sent; a peer that takes none of it within a
-    second is reset (a transport keeps a socket open for as long as it has data to send)."""
-    writer.close()
-    try:
-        await asyncio.wait_for(writer.wait_closed(), 1.0)
-    except TIMEOUTS:
-        writer.transport.abort()
-    except Exception:  # already gone (reset, broken pipe): closed either way
-        pass
