@@ -31,10 +31,12 @@ def to_pcm16(samples: Samples) -> bytes:
     return np.round(scaled).astype("<i2").tobytes()
 
 
-def from_pcm16(data: bytes) -> Samples:
+def from_pcm16(data: bytes | memoryview) -> Samples:
     """Little-endian 16-bit PCM to float32 in -1..1."""
     usable = len(data) - len(data) % 2
-    return np.frombuffer(data[:usable], dtype="<i2").astype(np.float32) / 32768.0
+    samples = np.frombuffer(data[:usable], dtype="<i2").astype(np.float32)
+    samples /= 32768.0  # in place: a long file's audio is held once, not twice
+    return samples
 
 
 class WavWriter:
@@ -210,7 +212,7 @@ def read_wav(path: Path) -> WavAudio:
     return WavAudio(samples, header.rate, header.channels)
 
 
-def decode(data: bytes, encoding: str, width: int, channels: int, source: Path) -> Samples:
+def decode(data: bytes | memoryview, encoding: str, width: int, channels: int, source: Path) -> Samples:
     """Interleaved frames (`pcm`: 1-4 byte integers; `float`: 4 or 8 bytes) to mono float32."""
     if encoding == "float":
         usable = len(data) - len(data) % (width * channels)
@@ -223,9 +225,12 @@ def decode(data: bytes, encoding: str, width: int, channels: int, source: Path) 
     return samples.astype(np.float32, copy=False)
 
 
-def _decode_pcm(data: bytes, width: int, path: Path) -> Samples:
+def _decode_pcm(data: bytes | memoryview, width: int, path: Path) -> Samples:
     if width == 1:
-        return (np.frombuffer(data, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
+        samples = np.frombuffer(data, dtype=np.uint8).astype(np.float32)
+        samples -= 128.0  # in place: the decoded audio is held once, not three times
+        samples /= 128.0
+        return samples
     if width == 2:
         return from_pcm16(data)
     if width == 3:
