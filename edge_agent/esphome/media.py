@@ -94,7 +94,8 @@ class MediaBudget:
             self.running += 1
         return Reservation(self)
 
-    def _take(self, n: int) -> bool:
+    def hold(self, n: int) -> bool:
+        """Count `n` more bytes held, unless that would pass the limit (then False)."""
         with self._lock:
             if self.held + n > self.limit_bytes:
                 return False
@@ -102,10 +103,11 @@ class MediaBudget:
             self.peak = max(self.peak, self.held)
             return True
 
-    def _give(self, n: int, fetch: bool) -> None:
+    def give(self, n: int, *, ended: bool = False) -> None:
+        """`n` bytes are free again (and, `ended`, a fetch is over)."""
         with self._lock:
             self.held -= n
-            self.running -= fetch
+            self.running -= ended
 
 
 class Reservation:
@@ -120,7 +122,7 @@ class Reservation:
         """Hold `n` more bytes, or `MediaError` saying that the device has no room for `what`."""
         if n <= 0:
             return
-        if not self.budget._take(n):
+        if not self.budget.hold(n):
             raise MediaError(f"{what}: the device holds {self.budget.held >> 20} MiB of other media "
                              f"(at most {self.budget.limit_bytes >> 20} MiB for all fetches); "
                              "try again later")
@@ -130,14 +132,14 @@ class Reservation:
         """Hand back `n` of the bytes held (a buffer freed before the fetch ends)."""
         n = min(n, self.held)
         self.held -= n
-        self.budget._give(n, False)
+        self.budget.give(n)
 
     def release(self) -> None:
         """The fetch is over and its audio handed on: its bytes and its place are free again."""
         if not self._released:
             self._released = True
             held, self.held = self.held, 0
-            self.budget._give(held, True)
+            self.budget.give(held, ended=True)
 
 
 class Transfer:
