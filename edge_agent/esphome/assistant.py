@@ -313,7 +313,7 @@ class Assistant:
             return
         try:
             try:
-                parts = [await self._fetch(url, reservation, ann_id) for url in urls]
+                parts = [await self._fetch(url, reservation) for url in urls]
             except MediaError as exc:
                 log.warning("esphome: %s not played: %s", kind, exc, extra={"id": ann_id})
                 done("failed", str(exc))
@@ -338,7 +338,7 @@ class Assistant:
         self._fetching.add(id(connection))
         return reservation
 
-    async def _fetch(self, url: str, reservation: Reservation, ann_id: str) -> Fetched:
+    async def _fetch(self, url: str, reservation: Reservation) -> Fetched:
         """`url` fetched in the assistant's own threads, cut at `media.timeout_s` whatever it sends."""
         loop = asyncio.get_running_loop()
         transfer = Transfer()

@@ -122,6 +122,8 @@ class Reservation:
         """Hold `n` more bytes, or `MediaError` saying that the device has no room for `what`."""
         if n <= 0:
             return
+        if self._released:  # a fetch cut by the assistant closing, still unwinding in its thread
+            raise MediaError(f"{what}: the fetch was cancelled")
         if not self.budget.hold(n):
             raise MediaError(f"{what}: the device holds {self.budget.held >> 20} MiB of other media "
                              f"(at most {self.budget.limit_bytes >> 20} MiB for all fetches); "
