@@ -22,11 +22,13 @@ media player's `play_media` are fetched and queued as announcements the same way
 `start_conversation` opens a turn once its announcement has played. A finished timer
 plays the chime as an urgent announcement (one pending chime per timer id).
 
-Fetches: one at a time per connection and `media.MAX_FETCHES` on the device, in the
+Fetches: one at a time per connection and `media.MAX_FETCHES` on the device (the last
+place kept for the controller, so other connections cannot hold up an answer), in the
 assistant's own threads (never the loop's shared pool, which the mute, Wyoming and
 shutdown use), their memory counted in one `MediaBudget`; a request beyond these is
 refused at once and its announcement finishes unsuccessfully with the reason logged.
-Closing the assistant cuts every transfer, so a stalled server delays nothing.
+A connection that closes has its transfer cut, and closing the assistant cuts every
+one, so a stalled server delays nothing.
 
 Threads: the hearing loop calls `begin_turn`, `audio` and `end_turn` from its own
 thread and the speaker thread reports statuses; both only hand work to the server's
@@ -127,7 +129,8 @@ class Assistant:
         self._fetcher = ThreadPoolExecutor(self.budget.max_fetches, thread_name_prefix="esphome-media")
         self._fetching: set[int] = set()
         """Connections (their `id`) with a fetch running."""
-        self._transfers: set[Transfer] = set()
+        self._transfers: dict[Transfer, int] = {}
+        """Transfers running -> the connection (its `id`) they are for."""
 
     def close(self) -> None:
         self._forget()
@@ -168,6 +171,11 @@ class Assistant:
             self.detach(connection)
 
     def detach(self, connection: Controller) -> None:
+        """`connection` closed (every connection comes here): its fetches are cut, and if it ran the
+        voice assistant, its turn ends."""
+        for transfer, owner in list(self._transfers.items()):
+            if owner == id(connection):
+                transfer.abort()
         if self.controller is not connection:
             return
         self.controller = None
@@ -313,7 +321,7 @@ class Assistant:
             return
         try:
             try:
-                parts = [await self._fetch(url, reservation) for url in urls]
+                parts = [await self._fetch(url, reservation, connection) for url in urls]
             except MediaError as exc:
                 log.warning("esphome: %s not played: %s", kind, exc, extra={"id": ann_id})
                 done("failed", str(exc))
@@ -334,15 +342,16 @@ class Assistant:
         """A place for one more fetch from `connection`, or `MediaError` saying why there is none."""
         if id(connection) in self._fetching:
             raise MediaError("this connection's previous URL is still being fetched (one at a time)")
-        reservation = self.budget.admit()
+        reservation = self.budget.admit(kept=connection is self.controller)
         self._fetching.add(id(connection))
         return reservation
 
-    async def _fetch(self, url: str, reservation: Reservation) -> Fetched:
-        """`url` fetched in the assistant's own threads, cut at `media.timeout_s` whatever it sends."""
+    async def _fetch(self, url: str, reservation: Reservation, connection: Controller) -> Fetched:
+        """`url` fetched in the assistant's own threads, cut at `media.timeout_s` whatever it sends
+        (or when `connection` closes)."""
         loop = asyncio.get_running_loop()
         transfer = Transfer()
-        self._transfers.add(transfer)
+        self._transfers[transfer] = id(connection)
         cut = loop.call_later(self.media.timeout_s, transfer.abort)
         work = functools.partial(fetch_wav, url, max_bytes=self.media.max_bytes,
                                  timeout_s=self.media.timeout_s,
@@ -354,7 +363,7 @@ class Assistant:
             raise MediaError(f"not fetched: {exc}") from None
         finally:
             cut.cancel()
-            self._transfers.discard(transfer)
+            self._transfers.pop(transfer, None)
 
     def _timer(self, message: pb.VoiceAssistantTimerEventResponse) -> None:
         if message.event_type != VoiceAssistantTimerEventType.VOICE_ASSISTANT_TIMER_FINISHED:

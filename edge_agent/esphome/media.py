@@ -77,6 +77,8 @@ class MediaBudget:
         self.peak = 0
         """The most bytes ever held at once."""
         self.running = 0
+        self.kept_running = 0
+        """Fetches running in the kept place."""
         self._lock = threading.Lock()
 
     @classmethod
@@ -86,13 +88,18 @@ class MediaBudget:
         more, so that a second small fetch can run beside a large one."""
         return cls(BUDGET_FETCHES * max_bytes)
 
-    def admit(self) -> Reservation:
+    def admit(self, *, kept: bool = False) -> Reservation:
+        """A place for one fetch, or `MediaError`. The last place is `kept` for one caller (Home
+        Assistant's voice connection, whose answers must not wait behind other connections)."""
         with self._lock:
-            if self.running >= self.max_fetches:
+            others = self.running - self.kept_running
+            if self.running >= self.max_fetches or (not kept and others >= max(self.max_fetches - 1, 1)):
+                kept_note = "" if kept else ", one of them kept for Home Assistant's voice connection"
                 raise MediaError(f"the device is already fetching {self.running} media URLs "
-                                 f"(at most {self.max_fetches} at once); try again later")
+                                 f"(at most {self.max_fetches} at once{kept_note}); try again later")
             self.running += 1
-        return Reservation(self)
+            self.kept_running += kept
+        return Reservation(self, kept=kept)
 
     def hold(self, n: int) -> bool:
         """Count `n` more bytes held, unless that would pass the limit (then False)."""
@@ -103,18 +110,20 @@ class MediaBudget:
             self.peak = max(self.peak, self.held)
             return True
 
-    def give(self, n: int, *, ended: bool = False) -> None:
-        """`n` bytes are free again (and, `ended`, a fetch is over)."""
+    def give(self, n: int, *, ended: bool = False, kept: bool = False) -> None:
+        """`n` bytes are free again (and, `ended`, a fetch is over, `kept`: the kept place's)."""
         with self._lock:
             self.held -= n
             self.running -= ended
+            self.kept_running -= ended and kept
 
 
 class Reservation:
     """One admitted fetch's share of a `MediaBudget`."""
 
-    def __init__(self, budget: MediaBudget) -> None:
+    def __init__(self, budget: MediaBudget, *, kept: bool = False) -> None:
         self.budget = budget
+        self.kept = kept
         self.held = 0
         self._released = False
 
@@ -141,7 +150,7 @@ class Reservation:
         if not self._released:
             self._released = True
             held, self.held = self.held, 0
-            self.budget.give(held, ended=True)
+            self.budget.give(held, ended=True, kept=self.kept)
 
 
 class Transfer:

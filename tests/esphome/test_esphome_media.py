@@ -111,17 +111,57 @@ def test_one_connection_fetches_one_url_at_a_time_and_the_rest_are_refused_at_on
     assert abusive.served == 1  # the eleven never reached the server
 
 
-def test_fetches_beyond_the_devices_cap_are_refused_at_once(
-        device: Daemon, abusive: AbusiveMedia, caplog: Any) -> None:
-    async def scenario() -> tuple[bool, float]:
-        stalls = [asyncio.create_task(_announce(device, abusive.url("stall"))) for _ in range(MAX_FETCHES)]
-        await asyncio.to_thread(wait_until, lambda: abusive.served == MAX_FETCHES, 5, "the stalled fetches")
-        answer = await _announce(device, abusive.url("stall"))
-        assert all(not ok for ok, _ in await asyncio.gather(*stalls))
-        return answer
+@pytest.fixture
+def patient(tmp_path: Path, broker: Any) -> Iterator[Daemon]:
+    """A device whose fetches may take 30 s: what ends them sooner is not the timeout."""
+    yield from run_daemon(tmp_path, broker, {"esphome.media_timeout_s": 30.0})
+
+
+async def _noop(*_: Any) -> None:
+    return None
+
+
+def test_other_connections_cannot_take_the_fetch_kept_for_home_assistants_voice_connection(
+        patient: Daemon, abusive: AbusiveMedia, media: Any, caplog: Any) -> None:
+    url = media.tone("answer.wav", seconds=0.3)
+
+    async def scenario() -> tuple[bool, float, bool]:
+        async for first in connected(patient):
+            stalled = asyncio.create_task(
+                first.send_voice_assistant_announcement_await_response(abusive.url("stall"), 60))
+            await asyncio.to_thread(wait_until, lambda: abusive.served == 1, 5, "the stalled fetch")
+            refused, took = await _announce(patient, abusive.url("stall"))  # another connection
+            async for home_assistant in connected(patient):
+                home_assistant.subscribe_voice_assistant(handle_start=_noop, handle_stop=_noop,
+                                                         handle_audio=_noop)
+                await home_assistant.device_info()
+                finished = await home_assistant.send_voice_assistant_announcement_await_response(url, 30)
+            stalled.cancel()
+            return refused, took, finished.success
+        raise AssertionError("not connected")
 
     with caplog.at_level(logging.WARNING):
-        success, took = asyncio.run(scenario())
-    assert not success and took < 1.0
-    assert f"already fetching {MAX_FETCHES} media URLs (at most {MAX_FETCHES} at once)" in caplog.text
-    assert abusive.served == MAX_FETCHES
+        refused, took, played = asyncio.run(scenario())
+    assert not refused and took < 1.0
+    kept = f"at most {MAX_FETCHES} at once, one of them kept for Home Assistant's voice connection"
+    assert kept in caplog.text
+    assert played  # fetched beside the stalled one
+    assert abusive.served == 1
+
+
+def test_a_connection_that_closes_has_its_stalled_fetch_cut_at_once(
+        patient: Daemon, abusive: AbusiveMedia) -> None:
+    async def scenario() -> None:
+        async for client in connected(patient):
+            stalled = asyncio.create_task(
+                client.send_voice_assistant_announcement_await_response(abusive.url("stall"), 60))
+            await asyncio.to_thread(wait_until, lambda: abusive.open == 1, 5, "the stalled fetch")
+            stalled.cancel()
+            await asyncio.gather(stalled, return_exceptions=True)
+
+    asyncio.run(scenario())  # leaves: the client disconnects
+    start = time.monotonic()
+    wait_until(lambda: abusive.open == 0, timeout=10, what="the device to hang up on the server")
+    assert time.monotonic() - start < 5.0  # not the 30 s media timeout
+    assert patient.esphome is not None
+    wait_until(lambda: patient.esphome.assistant.budget.running == 0, timeout=5, what="the place freed")
