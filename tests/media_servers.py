@@ -31,7 +31,8 @@ class AbusiveMedia:
     - `dribble`: a WAV's headers at once, then its body a byte every `drip_s`;
     - `slow-headers`: the status line, then the headers a byte every `drip_s`;
     - `stall`: reads the request and sends nothing;
-    - `big8-<rate>`: a 16 MiB 8-bit mono WAV at `rate` Hz, as fast as it is read;
+    - `big8-<rate>`, `big16-<rate>`: a 16 MiB 8-bit or 16-bit mono WAV of silence at `rate` Hz, as
+      fast as it is read;
     - `lie-long`: says Content-Length 1 GiB, sends a short WAV and then nothing;
     - `lie-short`: says Content-Length 1000, sends 16 MiB;
     - `endless`: a WAV with no Content-Length whose body never ends.
@@ -43,6 +44,8 @@ class AbusiveMedia:
         """Connections open now."""
         self.served = 0
         """Connections accepted so far."""
+        self.streamed = 0
+        """Body bytes the streaming behaviours (`big8-*`, `lie-short`, `endless`) got sent."""
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._held: list[socket.socket] = []
@@ -114,12 +117,13 @@ class AbusiveMedia:
                          b"Content-Length: %d\r\n\r\n" % len(body))
             self._drip(conn, body)
             return
-        if path.startswith("big8-"):
+        if path.startswith(("big8-", "big16-")):
+            width = 1 if path.startswith("big8-") else 2
             size = 16 * 1024 * 1024 - WAV_HEADER
             conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: audio/wav\r\nContent-Length: %d\r\n\r\n"
                          % (size + WAV_HEADER))
-            conn.sendall(wav_header(size, int(path[5:]), 1))
-            self._stream(conn, size)
+            conn.sendall(wav_header(size, int(path.split("-")[1]), width))
+            self._stream(conn, size, b"\x80" if width == 1 else b"\x00")
             return
         if path == "lie-long":
             conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % (1 << 30) + body)
@@ -148,12 +152,14 @@ class AbusiveMedia:
                 return
             conn.sendall(data[i:i + 1])
 
-    def _stream(self, conn: socket.socket, size: int) -> None:
-        silence = b"\x80" * CHUNK
+    def _stream(self, conn: socket.socket, size: int, zero: bytes = b"\x80") -> None:
+        silence = zero * CHUNK
         while size > 0 and not self._closing.is_set():
             n = min(size, CHUNK)
             conn.sendall(silence[:n])
             size -= n
+            with self._lock:
+                self.streamed += n
 
 
 def abusive_media() -> Iterator[AbusiveMedia]:

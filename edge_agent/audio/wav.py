@@ -27,8 +27,10 @@ MAX_RATE = 384000
 
 def to_pcm16(samples: Samples) -> bytes:
     """float32 in -1..1 to little-endian 16-bit PCM."""
-    scaled = np.clip(samples, -1.0, 1.0) * 32767.0
-    return np.round(scaled).astype("<i2").tobytes()
+    scaled = np.clip(samples, -1.0, 1.0)
+    scaled *= 32767.0  # in place: a long announcement's audio is not copied three more times
+    np.round(scaled, out=scaled)
+    return scaled.astype("<i2").tobytes()
 
 
 def from_pcm16(data: bytes | memoryview) -> Samples:

@@ -23,6 +23,7 @@ What a fetch may cost is bounded before it is spent:
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
 import io
 import socket
@@ -31,6 +32,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -208,10 +210,11 @@ def fetch_wav(url: str, *, max_bytes: int, timeout_s: float, max_seconds: float 
     if scheme not in ("http", "https"):
         raise MediaError(f"{name}: only http(s) URLs are fetched, not {scheme or 'a path'}")
     counted = _Counted(reservation, name)
+    judge = functools.partial(_early_check, name, max_seconds=max_seconds, max_samples=max_samples(max_bytes))
     body = _download(url, name, max_bytes=max_bytes, timeout_s=timeout_s, transfer=transfer or Transfer(),
-                     counted=counted)
+                     counted=counted, judge=judge)
     fetched = decode_wav(body, name, max_seconds=max_seconds, max_samples=max_samples(max_bytes),
-                         reservation=reservation)
+                         reservation=reservation, prepaid=counted.prepaid)
     del body
     counted.give_back()  # the body goes now; the samples stay counted until the caller releases them
     return fetched
@@ -224,6 +227,15 @@ class _Counted:
         self.reservation = reservation
         self.name = name
         self.taken = 0
+        self.prepaid = 0
+        """Bytes taken ahead for the samples (`prepay`), which `decode_wav` counts as its own."""
+
+    def prepay(self, declared: int) -> None:
+        """A declared body's samples, as 16-bit mono would decode (so that of two large fetches the
+        first is decoded and the second refused at once, not both refused when they decode)."""
+        if self.reservation is not None:
+            self.reservation.take(declared * SAMPLE_BYTES // 2, self.name)
+            self.prepaid = declared * SAMPLE_BYTES // 2
 
     def hold(self, size: int) -> None:
         if self.reservation is not None and size > self.taken:
@@ -237,7 +249,9 @@ class _Counted:
 
 
 def _download(url: str, name: str, *, max_bytes: int, timeout_s: float, transfer: Transfer,
-              counted: _Counted) -> bytearray:
+              counted: _Counted, judge: Callable[[int | None], Callable[[bytearray], bool]]) -> bytearray:
+    """The body, read within the deadline and the byte bounds; `judge(declared length)` looks at
+    the body as it arrives until it says it has judged (or raises)."""
     deadline = time.monotonic() + timeout_s
     late = MediaError(f"{name}: not fetched within {timeout_s:g} s")
     body = bytearray()
@@ -245,10 +259,13 @@ def _download(url: str, name: str, *, max_bytes: int, timeout_s: float, transfer
         opener = urllib.request.build_opener(_Handler(transfer), _SecureHandler(transfer))
         with opener.open(url, timeout=timeout_s) as response:
             declared = response.headers.get("Content-Length")
-            if declared is not None and declared.isdigit():
-                if int(declared) > max_bytes:
+            length = int(declared) if declared is not None and declared.isdigit() else None
+            if length is not None:
+                if length > max_bytes:
                     raise MediaError(f"{name}: {declared} bytes (at most {max_bytes})")
-                counted.hold(int(declared))
+                counted.hold(length)
+                counted.prepay(length)
+            early: Callable[[bytearray], bool] | None = judge(length)
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0 or transfer.aborted:
@@ -261,6 +278,8 @@ def _download(url: str, name: str, *, max_bytes: int, timeout_s: float, transfer
                     raise MediaError(f"{name}: more than {max_bytes} bytes")
                 counted.hold(len(body) + len(chunk))
                 body += chunk
+                if early is not None and early(body):
+                    early = None
             if transfer.aborted:
                 raise late
     except urllib.error.HTTPError as exc:
@@ -275,28 +294,59 @@ def _download(url: str, name: str, *, max_bytes: int, timeout_s: float, transfer
 
 
 def decode_wav(data: bytes | bytearray, name: str, *, max_seconds: float | None = None,
-               max_samples: int | None = None, reservation: Reservation | None = None) -> Fetched:
+               max_samples: int | None = None, reservation: Reservation | None = None,
+               prepaid: int = 0) -> Fetched:
     """WAV bytes (a streamed file's unknown data size included) to mono samples, refused from the
     header when longer than `max_seconds` or more than `max_samples`, and counted in `reservation`
-    before a sample is decoded."""
+    before a sample is decoded (`prepaid`: bytes the reservation already holds for them)."""
     header = _header(data, name)
     frame = header.channels * header.width
     frames = min(header.data_bytes, len(data) - header.data_offset) // frame
+    _check_length(header, frames, name, max_seconds, max_samples)
+    # The decoded mono samples, and while several channels are mixed down, each channel's.
+    decoding = frames * SAMPLE_BYTES * (header.channels + (header.channels > 1))
+    if reservation is not None:  # `prepaid` of it is held already
+        if decoding > prepaid:
+            reservation.take(decoding - prepaid, name)
+        else:
+            reservation.give(prepaid - decoding)
+    pcm = memoryview(data)[header.data_offset:header.data_offset + frames * frame]
+    samples = decode(pcm, header.encoding, header.width, header.channels, Path(name))
+    if reservation is not None:
+        reservation.give(decoding - samples.nbytes)
+    return Fetched(samples, header.rate)
+
+
+def _check_length(header: WavHeader, frames: int, name: str, max_seconds: float | None,
+                  max_samples: int | None) -> None:
     if max_seconds is not None and frames / header.rate > max_seconds:
         raise MediaError(f"{name}: the audio is {frames / header.rate:.1f} s long, the limit is "
                          f"{max_seconds:g} s (announcements.max_audio_s)")
     if max_samples is not None and frames > max_samples:
         raise MediaError(f"{name}: {frames} samples, more than the {max_samples} that media_max_bytes "
                          "allows (as 16-bit mono)")
-    # The decoded mono samples, and while several channels are mixed down, each channel's.
-    decoding = frames * SAMPLE_BYTES * (header.channels + (header.channels > 1))
-    if reservation is not None:
-        reservation.take(decoding, name)
-    pcm = memoryview(data)[header.data_offset:header.data_offset + frames * frame]
-    samples = decode(pcm, header.encoding, header.width, header.channels, Path(name))
-    if reservation is not None:
-        reservation.give(decoding - samples.nbytes)
-    return Fetched(samples, header.rate)
+
+
+def _early_check(name: str, declared: int | None, max_seconds: float | None,
+                 max_samples: int | None) -> Callable[[bytearray], bool]:
+    """A judge of a body still arriving: `MediaError` as soon as its header and length (the data
+    size the header states, cut to the declared Content-Length) show audio too long; True once it
+    has judged, False while the header is not all there or states no size (a stream)."""
+    def judge(body: bytearray) -> bool:
+        try:
+            header = read_wav_header(io.BytesIO(bytes(body[:HEADER_BYTES])), name, len(body))
+        except AudioError:
+            return len(body) >= HEADER_BYTES  # not all there yet, or not a WAV: decode_wav says
+        size = header.data_bytes
+        if size + header.data_offset == len(body):  # a stream's unknown size, counted so far
+            if declared is None:
+                return False  # judged at the end
+            size = declared - header.data_offset
+        elif declared is not None:
+            size = min(size, declared - header.data_offset)
+        _check_length(header, size // (header.channels * header.width), name, max_seconds, max_samples)
+        return True
+    return judge
 
 
 def _header(data: bytes | bytearray, name: str) -> WavHeader:

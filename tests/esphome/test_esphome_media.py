@@ -83,8 +83,11 @@ def test_a_wav_too_long_to_announce_is_refused_from_its_header_before_it_is_deco
     assert device.esphome is not None
     budget = device.esphome.assistant.budget
     assert budget.held == 0 and budget.running == 0
-    # One 16 MiB body held at a time, never its four-times-larger float32 decode.
-    assert budget.peak <= 16 * 1024 * 1024
+    # One 16 MiB body counted at a time (its declared length, and the 32 MiB its samples would take
+    # as 16-bit), never its four-times-larger float32 decode; refused from the header in the first
+    # bytes, not after the whole body.
+    assert budget.peak <= 48 * 1024 * 1024 == budget.limit_bytes
+    assert abusive.streamed < 2 * 16 * 1024 * 1024, f"{abusive.streamed} bytes sent for two 16 MiB WAVs"
 
 
 def test_one_connection_fetches_one_url_at_a_time_and_the_rest_are_refused_at_once(
