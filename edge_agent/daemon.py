@@ -246,7 +246,7 @@ class Daemon:
             await self.esphome.stop()
         if self.sendspin is not None:
             await self.sendspin.stop()
-        await asyncio.to_thread(self._shutdown)
+        await _in_own_thread(self._shutdown)  # the loop's pool may still be busy with slow work
         log.info("stopped")
         return 0
 
@@ -549,6 +549,11 @@ class Daemon:
         if isinstance(source, (CommandSource, PipeSource)):
             listener = self.listener
             source.on_trouble = lambda problem: self._input_trouble(listener, problem)
+        if self._mic_muted:  # muted while the listener was being built: its source closes unheard
+            self.listener.halt()
+            self.listener = None
+            self.listening = {"mode": mode, "state": "muted"}
+            return
         self.listener.start(self.turns.on_event, on_error=on_error,
                             on_end=lambda: log.info("listener ended (its source closed)"))
         log.info("listening", extra={"mode": mode})
@@ -700,9 +705,9 @@ class Daemon:
         async with self._mute_lock:
             listener, self.listener = self.listener, None
             if listener is not None:
-                await asyncio.to_thread(listener.stop)
+                await _in_own_thread(listener.stop)
             if not self._mic_muted:
-                await asyncio.to_thread(self._start_listener)
+                await _in_own_thread(self._start_listener)
 
     def _end_streamed_turn(self, conversation_id: str) -> None:
         """Home Assistant has the command (or is gone): the hearing loop ends the turn."""
@@ -742,6 +747,9 @@ class Daemon:
         across restarts (saved before the command is acknowledged)."""
         changed = muted != self._mic_muted
         self._mic_muted = muted
+        listener = self.listener
+        if muted and listener is not None:
+            listener.halt()  # the microphone closes now, whatever else the daemon is waiting for
         self._save_controls()  # also when unchanged: a switch rewrites a file that was unreadable
         if not changed:
             return
@@ -796,12 +804,38 @@ class Daemon:
         async with self._mute_lock:  # one switch at a time; the last request wins
             if self._mic_muted and self.listener is not None:
                 listener, self.listener = self.listener, None
-                await asyncio.to_thread(listener.stop)
+                await _in_own_thread(listener.stop)  # closed by `set_mic_muted`: this waits for its thread
                 self.listening = {"mode": self.listening.get("mode", "off"), "state": "muted"}
                 self._publish(self._status_message("online"))
             elif not self._mic_muted and self.listener is None:
-                await asyncio.to_thread(self._start_listener)
+                await _in_own_thread(self._start_listener)
                 self._publish(self._status_message("online"))
+
+
+async def _in_own_thread(work: Callable[[], object]) -> None:
+    """Run `work` in a thread of its own: the loop's shared pool (`asyncio.to_thread`) may be busy
+    with slow work, and the mute and the shutdown must not wait behind it."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def finish(exc: BaseException | None) -> None:
+        if done.done():
+            return
+        if exc is None:
+            done.set_result(None)
+        else:
+            done.set_exception(exc)
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:
+            loop.call_soon_threadsafe(finish, exc)
+        else:
+            loop.call_soon_threadsafe(finish, None)
+
+    threading.Thread(target=run, name=getattr(work, "__name__", "work"), daemon=True).start()
+    await done
 
 
 def _chime(opener: SinkOpener, name: str) -> None:

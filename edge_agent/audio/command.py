@@ -134,6 +134,12 @@ class AudioProcess:
         except subprocess.TimeoutExpired:
             return None
 
+    def interrupt(self) -> None:
+        """SIGTERM to it and everything it started, from any thread, without waiting (the thread
+        that owns it reaps it with `stop`)."""
+        if not self._stopped and self.proc.returncode is None:
+            self._signal(signal.SIGTERM)
+
     def stop(self) -> int:
         """Stop it and everything it started (SIGTERM, then SIGKILL); its exit code. Any thread
         may call it, more than once: the first call stops it, later ones wait for that."""

@@ -102,10 +102,15 @@ class Pump(Generic[T]):
         self._thread.start()
         return self
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop: close the source and wait for the worker (and the block it is working on)."""
+    def halt(self) -> None:
+        """Stop hearing now, from any thread, without waiting: the source closes and no block read
+        after this reaches the stage (`stop` then waits for the worker)."""
         self._stopping.set()
         self.source.close()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop: close the source and wait for the worker (and the block it is working on)."""
+        self.halt()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)

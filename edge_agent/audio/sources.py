@@ -693,14 +693,18 @@ class CommandSource:
             self.on_trouble(problem)
 
     def close(self) -> None:
-        """Stop: at once when nothing reads, else by the reader within `POLL_S`."""
+        """Stop: at once when nothing reads; else the command is told to stop now (a mute must not
+        wait for the reader's current block) and the reader reaps it within `POLL_S`."""
         with self._lock:
             self._closed.set()
             proc = None if self._reading else self._proc
             if proc is not None:
                 self._proc = None
+            reading = self._proc if self._reading else None
         if proc is not None:
             proc.stop()
+        elif reading is not None:
+            reading.interrupt()
 
 
 def open_source(audio: AudioSettings) -> AudioSource:

@@ -28,14 +28,18 @@ MAX_RATE = 384000
 
 def to_pcm16(samples: Samples) -> bytes:
     """float32 in -1..1 to little-endian 16-bit PCM."""
-    scaled = np.clip(samples, -1.0, 1.0) * 32767.0
-    return np.round(scaled).astype("<i2").tobytes()
+    scaled = np.clip(samples, -1.0, 1.0)
+    scaled *= 32767.0  # in place: a long announcement's audio is not copied three more times
+    np.round(scaled, out=scaled)
+    return scaled.astype("<i2").tobytes()
 
 
-def from_pcm16(data: bytes) -> Samples:
+def from_pcm16(data: bytes | memoryview) -> Samples:
     """Little-endian 16-bit PCM to float32 in -1..1."""
     usable = len(data) - len(data) % 2
-    return np.frombuffer(data[:usable], dtype="<i2").astype(np.float32) / 32768.0
+    samples = np.frombuffer(data[:usable], dtype="<i2").astype(np.float32)
+    samples /= 32768.0  # in place: a long file's audio is held once, not twice
+    return samples
 
 
 def create_temp(directory: Path, prefix: str, suffix: str) -> tuple[int, Path]:
@@ -225,7 +229,7 @@ def read_wav(path: Path) -> WavAudio:
     return WavAudio(samples, header.rate, header.channels)
 
 
-def decode(data: bytes, encoding: str, width: int, channels: int, source: Path) -> Samples:
+def decode(data: bytes | memoryview, encoding: str, width: int, channels: int, source: Path) -> Samples:
     """Interleaved frames (`pcm`: 1-4 byte integers; `float`: 4 or 8 bytes) to mono float32."""
     if encoding == "float":
         usable = len(data) - len(data) % (width * channels)
@@ -238,9 +242,12 @@ def decode(data: bytes, encoding: str, width: int, channels: int, source: Path) 
     return samples.astype(np.float32, copy=False)
 
 
-def _decode_pcm(data: bytes, width: int, path: Path) -> Samples:
+def _decode_pcm(data: bytes | memoryview, width: int, path: Path) -> Samples:
     if width == 1:
-        return (np.frombuffer(data, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
+        samples = np.frombuffer(data, dtype=np.uint8).astype(np.float32)
+        samples -= 128.0  # in place: the decoded audio is held once, not three times
+        samples /= 128.0
+        return samples
     if width == 2:
         return from_pcm16(data)
     if width == 3:

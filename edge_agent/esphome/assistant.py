@@ -22,6 +22,14 @@ media player's `play_media` are fetched and queued as announcements the same way
 `start_conversation` opens a turn once its announcement has played. A finished timer
 plays the chime as an urgent announcement (one pending chime per timer id).
 
+Fetches: one at a time per connection and `media.MAX_FETCHES` on the device (the last
+place kept for the controller, so other connections cannot hold up an answer), in the
+assistant's own threads (never the loop's shared pool, which the mute, Wyoming and
+shutdown use), their memory counted in one `MediaBudget`; a request beyond these is
+refused at once and its announcement finishes unsuccessfully with the reason logged.
+A connection that closes has its transfer cut, and closing the assistant cuts every
+one, so a stalled server delays nothing.
+
 Threads: the hearing loop calls `begin_turn`, `audio` and `end_turn` from its own
 thread and the speaker thread reports statuses; both only hand work to the server's
 loop (`call_soon_threadsafe`), where every message is written.
@@ -31,9 +39,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,7 +59,7 @@ from edge_agent.audio.resample import resample
 from edge_agent.audio.wav import to_pcm16
 from edge_agent.errors import EdgeError
 from edge_agent.esphome.entities import Entities
-from edge_agent.esphome.media import Fetched, MediaError, fetch_wav
+from edge_agent.esphome.media import Fetched, MediaBudget, MediaError, Reservation, Transfer, fetch_wav
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +124,21 @@ class Assistant:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._forget = announcer.observe(self._on_status)
         self._tasks: set[asyncio.Task[None]] = set()
+        self.budget = MediaBudget.for_limit(media.max_bytes)
+        """What every fetch holds at once, and how many run."""
+        self._fetcher = ThreadPoolExecutor(self.budget.max_fetches, thread_name_prefix="esphome-media")
+        self._fetching: set[int] = set()
+        """Connections (their `id`) with a fetch running."""
+        self._transfers: dict[Transfer, int] = {}
+        """Transfers running -> the connection (its `id`) they are for."""
 
     def close(self) -> None:
         self._forget()
         for task in self._tasks:
             task.cancel()
+        for transfer in list(self._transfers):
+            transfer.abort()  # a stalled read returns now: nothing waits for the server
+        self._fetcher.shutdown(wait=False, cancel_futures=True)
 
     @staticmethod
     def features() -> int:
@@ -151,6 +171,11 @@ class Assistant:
             self.detach(connection)
 
     def detach(self, connection: Controller) -> None:
+        """`connection` closed (every connection comes here): its fetches are cut, and if it ran the
+        voice assistant, its turn ends."""
+        for transfer, owner in list(self._transfers.items()):
+            if owner == id(connection):
+                transfer.abort()
         if self.controller is not connection:
             return
         self.controller = None
@@ -289,19 +314,56 @@ class Assistant:
         kind = "answer" if conversation_id is not None else "announce"
         ann_id = f"esphome-{kind}-{uuid.uuid4().hex}"
         try:
-            parts = [await asyncio.to_thread(fetch_wav, url, max_bytes=self.media.max_bytes,
-                                             timeout_s=self.media.timeout_s) for url in urls]
+            reservation = self._admit(connection)
         except MediaError as exc:
-            log.warning("esphome: %s not played: %s", kind, exc, extra={"id": ann_id})
+            log.warning("esphome: %s from %s refused: %s", kind, connection.peer, exc, extra={"id": ann_id})
             done("failed", str(exc))
             return
-        samples, rate = _join(parts)
-        self._waiting[ann_id] = done
-        stored = await asyncio.to_thread(
-            self.announcer.submit_audio, samples, rate, ann_id=ann_id, text=text,
-            conversation_id=conversation_id, source=f"esphome {connection.peer}")
-        if not stored and self._waiting.pop(ann_id, None) is not None:
-            done("failed", "not stored (is the state disk full?)")
+        try:
+            try:
+                parts = [await self._fetch(url, reservation, connection) for url in urls]
+            except MediaError as exc:
+                log.warning("esphome: %s not played: %s", kind, exc, extra={"id": ann_id})
+                done("failed", str(exc))
+                return
+            samples, rate = _join(parts)
+            del parts
+            self._waiting[ann_id] = done
+            stored = await asyncio.to_thread(
+                self.announcer.submit_audio, samples, rate, ann_id=ann_id, text=text,
+                conversation_id=conversation_id, source=f"esphome {connection.peer}")
+            if not stored and self._waiting.pop(ann_id, None) is not None:
+                done("failed", "not stored (is the state disk full?)")
+        finally:
+            self._fetching.discard(id(connection))
+            reservation.release()
+
+    def _admit(self, connection: Controller) -> Reservation:
+        """A place for one more fetch from `connection`, or `MediaError` saying why there is none."""
+        if id(connection) in self._fetching:
+            raise MediaError("this connection's previous URL is still being fetched (one at a time)")
+        reservation = self.budget.admit(kept=connection is self.controller)
+        self._fetching.add(id(connection))
+        return reservation
+
+    async def _fetch(self, url: str, reservation: Reservation, connection: Controller) -> Fetched:
+        """`url` fetched in the assistant's own threads, cut at `media.timeout_s` whatever it sends
+        (or when `connection` closes)."""
+        loop = asyncio.get_running_loop()
+        transfer = Transfer()
+        self._transfers[transfer] = id(connection)
+        cut = loop.call_later(self.media.timeout_s, transfer.abort)
+        work = functools.partial(fetch_wav, url, max_bytes=self.media.max_bytes,
+                                 timeout_s=self.media.timeout_s,
+                                 max_seconds=self.announcer.speaking.settings.max_audio_s,
+                                 reservation=reservation, transfer=transfer)
+        try:
+            return await loop.run_in_executor(self._fetcher, work)
+        except RuntimeError as exc:  # the assistant closed: its pool takes nothing new
+            raise MediaError(f"not fetched: {exc}") from None
+        finally:
+            cut.cancel()
+            self._transfers.pop(transfer, None)
 
     def _timer(self, message: pb.VoiceAssistantTimerEventResponse) -> None:
         if message.event_type != VoiceAssistantTimerEventType.VOICE_ASSISTANT_TIMER_FINISHED:

@@ -30,13 +30,19 @@ class Listening:
 
     def __init__(self) -> None:
         Listening.made += 1
+        self.halted = threading.Event()
+        """The microphone closed (at once, from the thread that got the switch)."""
         self.stopped = threading.Event()
 
     def start(self, on_transcript: Any, on_error: Any = None, on_end: Any = None) -> Listening:
         self.on_transcript = on_transcript
         return self
 
+    def halt(self) -> None:
+        self.halted.set()
+
     def stop(self, timeout: float = 10.0) -> None:
+        self.halted.set()
         self.stopped.set()
 
 
@@ -132,7 +138,7 @@ def test_the_microphone_switch_closes_the_listener_and_opens_it_again(
         made = Listening.made
         producer.publish("edge/dev1/ha/mic_mute/set", b"ON")
         wait_until(lambda: running.daemon.listener is None, what="microphone closed")
-        assert isinstance(first, Listening) and first.stopped.is_set()
+        assert isinstance(first, Listening) and first.halted.is_set() and first.stopped.is_set()
         wait_until(lambda: any(m.payload == b"ON" for m in everything.messages
                                if m.topic == "edge/dev1/ha/mic_mute"), what="mute state")
         producer.publish("edge/dev1/ha/mic_mute/set", b"OFF")

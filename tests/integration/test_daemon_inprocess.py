@@ -33,6 +33,9 @@ class ScriptedListener:
         threading.Thread(target=work, daemon=True).start()
         return self
 
+    def halt(self):
+        self.stopped.set()
+
     def stop(self, timeout=10.0):
         self.stopped.set()
 
