@@ -286,7 +286,7 @@ class Hearing:
         self._now = self._pos
         if self._turn.streamed:
             return self._finish([], "timeout")
-        return self._finish(self.transcribing.flush(), "timeout")
+        return self._finish(self._turn.held + self.transcribing.flush(), "timeout")
 
     # -- the turn ----------------------------------------------------------------
 
@@ -411,8 +411,12 @@ class Hearing:
         utterance = segmenter.peek()
         if utterance is None or utterance.speech_ms < segmenter.settings.min_utterance_ms:
             return None
+        # The model hears exactly `turn_pause_ms` after the VAD's last speech frame, whatever frame the
+        # pause was noticed at: its verdict moves with the length of the silence it is given.
+        audio = turn.audio.last()
+        audio = audio[:audio.size - round((silence_ms - self.settings.turn_pause_ms) * SAMPLE_RATE / 1000)]
         started = time.perf_counter()
-        future = self.end_of_turn.ask(turn.audio.last())
+        future = self.end_of_turn.ask(audio)
         transcript = None if turn.streamed else self.transcribing.transcribe(utterance)
         if not turn.streamed:
             turn.speculative = (utterance, transcript)
@@ -499,6 +503,12 @@ class HearingLoop(Pump[Event]):
     def transcriber(self) -> Transcriber:
         """Whisper as this loop uses it (the Wyoming service shares it)."""
         return self.hearing.transcribing.transcriber
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the loop, then the end-of-turn model's worker (a muted device starts a new loop)."""
+        super().stop(timeout)
+        if self.hearing.end_of_turn is not None:
+            self.hearing.end_of_turn.close()
 
 
 def build_hearing(settings: Settings, store: ModelStore, source: AudioSource | None = None,

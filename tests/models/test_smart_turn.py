@@ -36,7 +36,8 @@ def test_fetch_refuses_a_file_with_the_wrong_hash(tmp_path: Path):
     catalog = tmp_path / "catalog.yaml"
     catalog.write_text(yaml.safe_dump({"models": [entry]}))
     store = ModelStore(tmp_path / "cache", load_catalog(catalog))
-    with pytest.raises(ModelError, match=rf"{MODEL_FILE}: got 8679182 bytes with sha256 2bb02631.*expected .* 0000"):
+    refused = rf"{MODEL_FILE}: got 8679182 bytes with sha256 2bb02631.*expected .* 0000"
+    with pytest.raises(ModelError, match=refused):
         store.fetch(MODEL_ID)
     assert store.locate(MODEL_ID) is None
     assert not any(p.name.endswith(".onnx") for p in (tmp_path / "cache").rglob("*"))
