@@ -538,5 +538,7 @@ def build_hearing(settings: Settings, store: ModelStore, source: AudioSource | N
 
 
 def _same_audio(decoded: Utterance, final: Utterance) -> bool:
-    """The final utterance is the very audio decoded during its pause (no speech came since)."""
-    return decoded.audio_start == final.audio_start and decoded.samples.size == final.samples.size
+    """The final utterance is the speech decoded during its pause: no speech frame came since, so at
+    most the silent tail after it is longer (the end-of-turn model's pause is shorter than `TAIL_MS`)."""
+    return (decoded.audio_start == final.audio_start and decoded.end == final.end
+            and decoded.samples.size <= final.samples.size)

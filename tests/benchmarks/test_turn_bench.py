@@ -36,9 +36,11 @@ def test_one_sentence_ends_sooner_with_the_model_live_through_a_fifo(whisper_dir
     vad, model = result["vad"], result["model"]
     assert vad["missed"] == model["missed"] == 0, result
     assert vad["words_kept"] == model["words_kept"] == 1.0, (vad["heard"], model["heard"])
-    # The VAD waits its 500 ms hangover after the speech; the model ends the turn at the 150 ms pause.
-    assert model["p50_s"] < vad["p50_s"], (model["latencies_s"], vad["latencies_s"])
-    assert model["p50_s"] < 1.5  # generous: a loaded machine, but not the VAD's end plus a second
+    # Where the turn ended, in audio after the speech: the VAD waits its 500 ms hangover, the model
+    # ends the turn at the 150 ms pause. Positions in the stream, so load on the machine cannot move them.
+    assert model["decided_after_p50_s"] < vad["decided_after_p50_s"] - 0.2, result
+    # The transcript itself also waits for Whisper, whose time a loaded machine stretches: generous.
+    assert model["p50_s"] < 3.0, model["latencies_s"]
 
 
 @pytest.mark.bench

@@ -336,9 +336,12 @@ def test_a_pause_judged_incomplete_waits_for_the_rest_of_the_command(
         whisper, wake_engine, mid_command, ender, pause_s):
     first, second = mid_command
     audio = np.concatenate([silence(0.5), first, silence(pause_s), second, silence(2.5)])
-    judged = [e for e in run(hearing(whisper, wake_engine, end_of_turn=ender), audio) if isinstance(e, Heard)]
+    h = hearing(whisper, wake_engine, end_of_turn=ender)
+    judged = [e for e in run(h, audio) if isinstance(e, Heard)]
     assert len(judged) == 1, judged
     assert "oven" in judged[0].transcript.text.lower() and "dishwasher" in judged[0].transcript.text.lower()
+    # Whisper ran once per part: at each pause; the VAD's end of the first part reused its decode.
+    assert h.transcribing.stats.utterances == 2
     if pause_s > 0.6:
         # Past the VAD's hangover (500 ms, and the VAD's own lag): the VAD alone loses the rest.
         vad = [e for e in run(hearing(whisper, wake_engine), audio) if isinstance(e, Heard)]

@@ -15,7 +15,9 @@ Clips: one sentence (the benches' commands), and two sentences with a pause of
 0.4-0.8 s between them (synthesized apart and joined), by Piper's joe and espeak-ng
 en-us. Per end of turn: p50/p90 of end of speech -> transcript, words kept (the
 reference's words found in the transcript), turns cut short (fewer than half the
-last sentence's words kept), turns missed (no transcript), the process's CPU
+last sentence's words kept: their latency is left out, the speech they ended at is not the
+clip's end), turns missed (no transcript), where the turn was judged over in the audio (stream
+time after the speech's end: what the end of turn decides, whatever the load), the process's CPU
 (cores used over the run: the wake word and the VAD run all along) and peak RSS.
 """
 
@@ -100,6 +102,12 @@ class Slot:
     started: float = 0.0
     speech_written: float = 0.0
     """Monotonic time the chunk holding the clip's last speech sample was written."""
+    speech_end_s: float = 0.0
+    """Stream time (seconds of audio the process has read) of the clip's last speech sample."""
+    vad_end_s: float | None = None
+    """Stream time the VAD put the end of the command's speech at (the transcript's `end`)."""
+    decided_s: float | None = None
+    """Stream time the turn was judged over (the `turn_end` event's `time`)."""
     heard: list[tuple[float, str]] = field(default_factory=list)
     """(arrival time, text) of each transcript line that came during this slot."""
 
@@ -109,6 +117,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"one-sentence commands per voice (at most {len(ONE_SENTENCE)})")
     parser.add_argument("--two", type=int, default=len(TWO_SENTENCES),
                         help=f"two-sentence commands per voice (at most {len(TWO_SENTENCES)})")
+    parser.add_argument("--logs", type=Path, default=None,
+                        help="keep each listen process's log (at info level) in this directory")
     parser.add_argument("--voices", default=",".join(VOICES),
                         help="comma-separated voices (default %(default)s)")
 
@@ -121,7 +131,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         raise UsageError(f"the end-of-turn model is not present: run `edge-agent models fetch {MODEL_ID}`")
     clips = make_clips(ctx, args.voices.split(","), args.one, args.two)
     load_before = os.getloadavg()
-    measured = measure(clips, passed_on(args))
+    measured = measure(clips, passed_on(args), args.logs)
     result = summarise(measured, clips)
     result |= {"bench": "turn", "machine": machine(), "load_avg_before": load_before[0],
                "load_avg_after": os.getloadavg()[0], "clips": len(clips)}
@@ -179,6 +189,7 @@ class Listener:
     fifo: Path
     proc: subprocess.Popen[bytes]
     lines: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    log: Path | None = None
     reader: threading.Thread | None = None
     writer: int = -1
 
@@ -192,11 +203,13 @@ class Listener:
                 continue  # a log line on stdout is not an event
 
 
-def measure(clips: list[TurnClip], passed: list[str]) -> dict[str, Any]:
+def measure(clips: list[TurnClip], passed: list[str], logs: Path | None = None) -> dict[str, Any]:
     """Feed every clip to both ends of turn, live; the slots with their transcripts and each process's
-    CPU and memory."""
+    CPU and memory. `logs`: where each process's log stays (else it goes with the FIFOs)."""
     with tempfile.TemporaryDirectory(prefix="edge-bench-turn-") as tmp:
-        listeners = [start_listener(end, Path(tmp), passed) for end in ENDS]
+        if logs is not None:
+            logs.mkdir(parents=True, exist_ok=True)
+        listeners = [start_listener(end, Path(tmp), passed, logs or Path(tmp)) for end in ENDS]
         try:
             for listener in listeners:
                 listener.writer = open_writer(listener)
@@ -216,15 +229,15 @@ def measure(clips: list[TurnClip], passed: list[str]) -> dict[str, Any]:
             "errors": {lst.end: lst.proc.returncode for lst in listeners}}
 
 
-def start_listener(end: str, tmp: Path, passed: list[str]) -> Listener:
+def start_listener(end: str, tmp: Path, passed: list[str], logs: Path) -> Listener:
     fifo = tmp / f"{end}.pcm"
     os.mkfifo(fifo)
-    cmd = [sys.executable, "-m", "edge_agent", "listen", "--json", *passed,
+    cmd = [sys.executable, "-m", "edge_agent", "listen", "-v", "--json", *passed,
            "--set", f'audio.input_pipe="{fifo}"', "--set", f"audio.input_rate={RATE}",
            "--set", "audio.input_channels=1", "--set", f"listen.end_of_turn={end}"]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=(tmp / f"{end}.log").open("wb"))
-    listener = Listener(end, fifo, proc)
+                            stderr=(logs / f"{end}.log").open("wb"))
+    listener = Listener(end, fifo, proc, log=logs / f"{end}.log")
     listener.reader = threading.Thread(target=listener.read, name=f"turn-{end}", daemon=True)
     listener.reader.start()
     return listener
@@ -263,6 +276,7 @@ def feed(listeners: list[Listener], slots: list[Slot]) -> None:
         audio = np.concatenate([lead, slot.clip.audio, tail])
         speech_end = lead.size + slot.clip.last_speech
         slot.started = time.monotonic()
+        slot.speech_end_s = (written + speech_end + 1) / RATE
         for start in range(0, audio.size, chunk):
             due = t0 + written / RATE
             now = time.monotonic()
@@ -279,14 +293,18 @@ def feed(listeners: list[Listener], slots: list[Slot]) -> None:
 def assign(listener: Listener, slots: list[Slot]) -> None:
     """Each transcript line belongs to the last slot of its process that started before it arrived."""
     for arrived, doc in listener.lines:
-        if doc.get("event") != "transcript":
-            continue
         owner = None
         for slot in slots:
             if slot.started <= arrived:
                 owner = slot
-        if owner is not None:
+        if owner is None:
+            continue
+        if doc.get("event") == "transcript":
             owner.heard.append((arrived, str(doc.get("text", ""))))
+            if owner.vad_end_s is None:
+                owner.vad_end_s = float(doc.get("end", 0.0))
+        elif doc.get("event") == "turn_end" and owner.decided_s is None:
+            owner.decided_s = float(doc.get("time", 0.0))
 
 
 def stop(listener: Listener) -> None:
@@ -316,8 +334,8 @@ def peak_rss_mb(pid: int) -> float:
 
 
 def log_tail(listener: Listener) -> str:
-    path = listener.fifo.with_suffix(".log")
-    return path.read_text(errors="replace").strip()[-400:] if path.exists() else ""
+    path = listener.log
+    return path.read_text(errors="replace").strip()[-400:] if path is not None and path.exists() else ""
 
 
 # -- the figures -------------------------------------------------------------------------
@@ -334,6 +352,8 @@ def summarise(measured: dict[str, Any], clips: list[TurnClip]) -> dict[str, Any]
     for end in ENDS:
         slots: list[Slot] = [s for s in measured["slots"] if s.end == end]
         latencies, kept_words, total_words, cut, missed = [], 0, 0, 0, 0
+        vad_lag: list[float] = []
+        decided: list[float] = []
         by_kind: dict[str, list[float]] = {"one": [], "two": []}
         for slot in slots:
             text = " ".join(t for _, t in slot.heard)
@@ -344,9 +364,14 @@ def summarise(measured: dict[str, Any], clips: list[TurnClip]) -> dict[str, Any]
             if not slot.heard:
                 missed += 1
                 continue
-            cut += last_got * 2 < last_of
+            if last_got * 2 < last_of:
+                cut += 1  # its end of speech is not the clip's: no latency to measure
+                continue
             latency = slot.heard[0][0] - slot.speech_written
             latencies.append(latency)
+            if slot.vad_end_s is not None and slot.decided_s is not None:
+                vad_lag.append(slot.vad_end_s - slot.speech_end_s)
+                decided.append(slot.decided_s - slot.speech_end_s)
             by_kind["two" if len(slot.clip.sentences) > 1 else "one"].append(latency)
         result[end] = {
             "turns": len(slots), "p50_s": percentile(latencies, 50), "p90_s": percentile(latencies, 90),
@@ -354,6 +379,7 @@ def summarise(measured: dict[str, Any], clips: list[TurnClip]) -> dict[str, Any]
             "words_kept": kept_words / total_words if total_words else float("nan"),
             "words_kept_two": two_sentence_words(slots),
             "cut_short": cut, "missed": missed, "latencies_s": [round(x, 3) for x in latencies],
+            "vad_end_lag_p50_s": percentile(vad_lag, 50), "decided_after_p50_s": percentile(decided, 50),
             "cpu_cores": measured["cpu_s"][end] / measured["wall_s"], "cpu_s": measured["cpu_s"][end],
             "peak_rss_mb": measured["peak_rss_mb"][end],
             "heard": [[s.clip.name, " ".join(t for _, t in s.heard)] for s in slots],
@@ -362,6 +388,9 @@ def summarise(measured: dict[str, Any], clips: list[TurnClip]) -> dict[str, Any]
     result["ratio_p50"] = model["p50_s"] / vad["p50_s"]
     result["ratio_p90"] = model["p90_s"] / vad["p90_s"]
     result["wall_s"] = measured["wall_s"]
+    # Both processes run the wake word and the VAD over the whole run: the difference is what judging
+    # each pause costs (the model, and Whisper decoding at pauses the VAD would not have ended at).
+    result["model_extra_cpu_per_turn_s"] = (model["cpu_s"] - vad["cpu_s"]) / max(1, model["turns"])
     result["goals"] = {
         "p50_le_0.30": model["p50_s"] <= 0.30, "p90_le_0.50": model["p90_s"] <= 0.50,
         "two_sentence_words_kept_ge_vad": model["words_kept_two"] >= vad["words_kept_two"],
@@ -392,6 +421,15 @@ def report(result: dict[str, Any]) -> list[str]:
                      f"{r['cut_short']:4d} {r['missed']:5d} {r['cpu_cores']:6.3f} {r['peak_rss_mb']:7.1f}")
     lines.append(f"  model / vad: p50 {result['ratio_p50']:.2f}, p90 {result['ratio_p90']:.2f}  "
                  f"('1st': one sentence, '2nd': two with a 0.4-0.8 s pause; 'kept 2': their words kept)")
+    for end in ENDS:
+        r = result[end]
+        lines.append(f"  {end}: the VAD put the speech's end {r['vad_end_lag_p50_s']:+.3f} s from the real "
+                     f"one, "
+                     f"the turn was judged over {r['decided_after_p50_s']:.3f} s of audio after it (p50); "
+                     f"the rest is Whisper, the model and any backlog")
+    extra = result["model_extra_cpu_per_turn_s"]
+    lines.append(f"  CPU: the model's process used {extra:+.3f} s more per turn than the VAD-only one "
+                 f"(both run the wake word and the VAD all along)")
     goals = ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in result["goals"].items())
     lines.append(f"  goals (model): {goals}")
     for end in ENDS:
