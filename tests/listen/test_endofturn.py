@@ -167,3 +167,31 @@ def test_doctor_says_turns_end_at_the_vad_without_the_model(tmp_path):
     result = run_cli("doctor", *empty, "--set", "listen.end_of_turn=vad")
     (line,) = [line for line in result.stdout.splitlines() if f"{MODEL_ID}:" in line]
     assert line.startswith("ok") and "not fetched (optional)" in line
+
+
+def test_the_hearing_every_consumer_builds_asks_the_model_when_it_is_there(
+        whisper_dir, turn_model, shared_cache, tmp_path, caplog):
+    """`build_hearing` is where `listen`, the daemon (MQTT, Wyoming satellite, ESPHome API) get their
+    hearing loop: the end of turn is wired there once."""
+    from edge_agent.audio.sources import WavFileSource
+    from edge_agent.config import load_settings
+    from edge_agent.listen import build_hearing
+    from tests.speech_fixtures import write_wav
+
+    wav = write_wav(tmp_path / "quiet.wav", silence(0.5))
+
+    def built(cache: Path, **listen: object):
+        settings = load_settings(None, {"asr": {"model": str(whisper_dir)}, "listen": listen,
+                                        "models": {"cache_dir": str(cache)}})
+        loop = build_hearing(settings, ModelStore(cache, load_catalog()), WavFileSource(wav))
+        loop.stop()
+        return loop.hearing.end_of_turn
+
+    assert isinstance(built(shared_cache), EndOfTurn)
+    assert built(shared_cache, end_of_turn="vad") is None
+    assert built(shared_cache, mode="always") is None  # no turns to end
+    empty = tmp_path / "cache"
+    shutil.copytree(shared_cache / "silero-vad", empty / "silero-vad")
+    with caplog.at_level(logging.WARNING):
+        assert built(empty) is None
+    assert len(our_warnings(caplog)) == 1
