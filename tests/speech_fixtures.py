@@ -127,6 +127,19 @@ def silero_model(shared_cache: Path) -> Path:
     return fetch_vad_model(shared_cache)
 
 
+def fetch_turn_model(cache: Path) -> Path:
+    """The end-of-turn model (`smart-turn`) in `cache`, fetched once."""
+    from edge_agent.listen.endofturn import MODEL_FILE, MODEL_ID
+    from edge_agent.models import ModelStore, load_catalog
+
+    return ModelStore(cache, load_catalog()).fetch(MODEL_ID).path(MODEL_FILE)
+
+
+@pytest.fixture(scope="session")
+def turn_model(shared_cache: Path) -> Path:
+    return fetch_turn_model(shared_cache)
+
+
 @pytest.fixture(scope="session")
 def whisper_dir(shared_cache: Path) -> Path:
     """whisper-tiny.en exported by the exporter into the shared test cache.

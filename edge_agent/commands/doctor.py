@@ -19,6 +19,7 @@ from edge_agent.audio.sinks import OUTPUT_NEXT_STEP, AudioUnavailable, import_so
 from edge_agent.commands.context import Context
 from edge_agent.config import parse_uri
 from edge_agent.errors import EdgeError, ModelError
+from edge_agent.listen.endofturn import MODEL_ID as TURN_MODEL
 from edge_agent.mqtt.settings import MqttSettings
 from edge_agent.offload.client import probe
 from edge_agent.offload.wire import PSK_ENV, load_psk
@@ -75,6 +76,7 @@ def check_models(ctx: Context) -> list[Check]:
     voice = settings.tts.voice
     # Listening needs the VAD's model; a device that only speaks does not, so it warns, never fails.
     listens = settings.listen.mode != "off" and settings.vad.engine == "silero"
+    ends_turns = settings.listen.mode == "wake" and settings.listen.end_of_turn == "model"
     checks = []
     for entry in store.catalog:
         needed = entry.id == voice
@@ -82,6 +84,11 @@ def check_models(ctx: Context) -> list[Check]:
         if problems is None and listens and entry.id == SILERO_MODEL:
             checks.append(Check("model", False, False, f"{entry.id}: not fetched, and vad.engine is silero: "
                                                        f"run `edge-agent models fetch {entry.id}` to listen"))
+        elif problems != [] and ends_turns and entry.id == TURN_MODEL:
+            why = "not fetched" if problems is None else problems[0]
+            checks.append(Check("model", False, False, f"{entry.id}: {why}, and listen.end_of_turn is model: "
+                                                       f"turns end at the VAD's hangover until `edge-agent "
+                                                       f"models fetch {entry.id}`"))
         elif problems is None:
             checks.append(Check("model", True, False, f"{entry.id}: not fetched (optional)"))
         elif problems:

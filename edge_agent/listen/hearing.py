@@ -28,25 +28,38 @@ speech that transcript is the command, so Whisper's time overlaps the hangover i
 of following it. The turn still ends only where the VAD ends the utterance: a pause
 between two sentences shorter than `vad.hangover_ms` never cuts the command.
 
-Ending early (`listen.early_end_ms`, off by default): at the first pause of that
-length the speech so far is transcribed and, if Whisper hears a complete sentence
+End of turn (`listen.end_of_turn: model`, the default, with the `smart-turn` model present): at
+a pause of `listen.turn_pause_ms` the end-of-turn model (`listen.endofturn`) judges the last 8 s
+of the turn while Whisper decodes the speech so far, both at once. A complete turn ends there
+with that transcript; an incomplete one goes on: the VAD still ends its utterance after its
+hangover, but the turn then waits `listen.turn_incomplete_wait_ms` of silence for more speech
+(a mid-command pause: "Turn off the oven... and start the dishwasher"), and speech that resumes
+joins the command and makes the decoded text stale. A pause the model is still busy for (slower
+than real time under load) or does not answer in time is left to the VAD. A streamed turn is
+heard the same way (VAD and model, no Whisper): a complete turn ends the stream there, so Home
+Assistant hears "end of speech" at once instead of after its own VAD's wait.
+
+Ending early (`listen.early_end_ms`, off by default; `listen.end_of_turn: vad` only): at the
+first pause of that length the speech so far is transcribed and, if Whisper hears a complete sentence
 (it ends with `.`, `?` or `!`), the turn ends there instead of after the VAD's
 hangover. Faster, but it drops whatever follows a pause between sentences (Whisper
 punctuates what it has heard so far as complete): 150 ms cut "Dinner is ready.
 Please come to the table." after "ready." at a slow speaking rate.
 
-A pure state machine like `vad.segmenter`: no threads, no I/O; `audio.pump`
-runs it over a source. Times are seconds of stream time.
+A pure state machine like `vad.segmenter`: no I/O, and no thread but the end-of-turn
+model's one worker (so Whisper decodes while the model judges); `audio.pump` runs it over
+a source. Times are seconds of stream time.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -59,6 +72,7 @@ from edge_agent.audio.reference import PlaybackReference
 from edge_agent.audio.sources import AudioSource, open_source
 from edge_agent.config import ListenSettings, Settings
 from edge_agent.errors import UsageError
+from edge_agent.listen.endofturn import EndOfTurn, TurnAudio, load_end_of_turn
 from edge_agent.listen.ownvoice import through_front_end
 from edge_agent.models.store import ModelStore
 from edge_agent.vad import make_segmenter
@@ -114,7 +128,8 @@ class TurnEnded:
 
     conversation_id: str
     reason: Literal["heard", "timeout", "ended"]
-    """`ended`: a streamed turn the remote side closed (`end_turn`)."""
+    """`ended`: a streamed turn the remote side closed (`end_turn`) or the end-of-turn model
+    judged complete."""
     time: float
 
 
@@ -134,6 +149,16 @@ class _Turn:
     streamed: bool = False
     speculative: tuple[Utterance, Transcript | None] | None = None
     """The utterance decoded during the current pause and what Whisper made of it."""
+    audio: TurnAudio | None = None
+    """The turn's last 8 s, for the end-of-turn model (None without one)."""
+    judged: bool = False
+    """The end-of-turn model was asked about the current pause."""
+    incomplete: bool = False
+    """The model judged the current pause incomplete: the turn waits longer for more speech."""
+    held: list[Transcript] = field(default_factory=list)
+    """Utterances of the command that ended while the turn waited for more speech."""
+    hold_until: int | None = None
+    """Stream sample at which the wait for more speech ends the turn."""
 
 
 class Hearing:
@@ -141,7 +166,7 @@ class Hearing:
 
     def __init__(self, mode: Literal["wake", "always"], transcribing: Transcribing,
                  wake: WakeEngine | None, settings: ListenSettings,
-                 accept_wake: WakeFilter | None = None) -> None:
+                 accept_wake: WakeFilter | None = None, *, end_of_turn: EndOfTurn | None = None) -> None:
         if mode == "wake" and wake is None:
             raise ValueError("wake mode needs a wake engine")
         self.mode = mode
@@ -150,6 +175,8 @@ class Hearing:
         self.settings = settings
         self.accept_wake = accept_wake
         """Asked for each detection; False drops it (the daemon's playback policy)."""
+        self.end_of_turn = end_of_turn
+        """The end-of-turn model (None: turns end at the VAD's hangover)."""
         self.stream_turns: Callable[[], bool] | None = None
         """Asked for each accepted detection; True streams the turn out (see the module)."""
         self._frame = transcribing.segmenter.frame
@@ -259,7 +286,7 @@ class Hearing:
         self._now = self._pos
         if self._turn.streamed:
             return self._finish([], "timeout")
-        return self._finish(self.transcribing.flush(), "timeout")
+        return self._finish(self._turn.held + self.transcribing.flush(), "timeout")
 
     # -- the turn ----------------------------------------------------------------
 
@@ -271,7 +298,7 @@ class Hearing:
         deadline = (at if deadline_from is None else deadline_from) + round(
             self.settings.command_timeout_s * SAMPLE_RATE)
         self._turn = _Turn(conversation_id, wake_word, deadline, at / SAMPLE_RATE - segmenter.position,
-                           streamed=streamed)
+                           streamed=streamed, audio=TurnAudio() if self.end_of_turn is not None else None)
 
     def _continue(self, samples: Samples, start: int, end: str | None) -> list[Event]:
         turn = self._turn
@@ -283,11 +310,33 @@ class Hearing:
             return self._finish([], "ended")
         # The deadline falls inside this block: what lies after it is not the command's.
         keep = min(samples.size, max(0, turn.deadline - start))
+        heard = self._hear_streamed(samples[:keep], start) if self.end_of_turn is not None else None
+        if heard is not None:
+            keep = heard
         self._now = start + keep
         events: list[Event] = [Streamed(samples[:keep], turn.conversation_id)] if keep else []
-        if self._now >= turn.deadline:
+        if heard is not None:
+            events += self._finish([], "ended")
+        elif self._now >= turn.deadline:
             events += self._finish([], "timeout")
         return events
+
+    def _hear_streamed(self, samples: Samples, start: int) -> int | None:
+        """Run a streamed turn's audio through the VAD and the end-of-turn model: how much of it
+        belongs to the turn when the model judged it complete, else None (the stream goes on)."""
+        turn = self._turn
+        assert turn is not None and turn.audio is not None
+        segmenter = self.transcribing.segmenter
+        for offset in range(0, samples.size, self._frame):
+            piece = samples[offset:offset + self._frame]
+            self._now = start + offset + piece.size
+            turn.audio.add(piece)
+            self.transcribing.segment(piece)  # Home Assistant transcribes: only the pauses matter here
+            if segmenter.in_speech and segmenter.silence_ms == 0:
+                turn.judged = turn.incomplete = False
+            elif segmenter.in_speech and self._judge(turn) is not None:
+                return offset + piece.size
+        return None
 
     def _command(self, samples: Samples, start: int) -> list[Event]:
         """Segment `samples` frame by frame (so a pause or the deadline is seen where it happens)."""
@@ -298,19 +347,95 @@ class Hearing:
                 return []
             piece = samples[offset:offset + self._frame]
             self._now = start + offset + piece.size
+            if turn.audio is not None:
+                turn.audio.add(piece)
             ended = self.transcribing.segment(piece)
             if ended:
-                return self._finish([t for t in map(self._transcribe, ended) if t is not None], "heard")
-            if segmenter.in_speech and segmenter.silence_ms == 0:
+                heard = [t for t in map(self._transcribe, ended) if t is not None]
+                if not self._wait_for_more(turn, ended[-1]):
+                    return self._finish(turn.held + heard, "heard")
+                turn.held += heard
+            elif segmenter.in_speech and segmenter.silence_ms == 0:
                 turn.tried_early = False  # speech goes on: its next pause may end the turn
                 turn.speculative = None
+                turn.judged = turn.incomplete = False
+                turn.hold_until = None
             elif segmenter.in_speech:
-                early = self._try_early(turn)
+                early = self._at_pause(turn)
                 if early:
                     return early
+            elif turn.hold_until is not None and self._now >= turn.hold_until:
+                return self._finish(turn.held, "heard")
             if self._now >= turn.deadline:
-                return self._finish(self.transcribing.flush(), "timeout")
+                return self._finish(turn.held + self.transcribing.flush(), "timeout")
         return []
+
+    def _wait_for_more(self, turn: _Turn, utterance: Utterance) -> bool:
+        """The VAD ended an utterance the model judged incomplete: whether the turn waits on for more
+        speech (until `listen.turn_incomplete_wait_ms` after the speech), rather than ending now."""
+        wait_ms = self.settings.turn_incomplete_wait_ms
+        if not turn.incomplete or wait_ms <= self.transcribing.segmenter.settings.hangover_ms:
+            return False
+        speech_end = round((utterance.end + turn.offset) * SAMPLE_RATE)
+        turn.hold_until = speech_end + round(wait_ms * SAMPLE_RATE / 1000)
+        turn.incomplete = False
+        log.info("turn goes on: the pause after %.2f s sounded incomplete", utterance.end + turn.offset,
+                 extra={"conversation_id": turn.conversation_id})
+        return self._now < turn.hold_until
+
+    def _at_pause(self, turn: _Turn) -> list[Event]:
+        """A pause in the speech: the end-of-turn model's verdict (with Whisper's decode), or, without
+        the model, the decode during the hangover and `listen.early_end_ms`."""
+        if self.end_of_turn is None:
+            return self._try_early(turn)
+        judged = self._judge(turn)
+        if judged is None:
+            return []
+        transcript = judged[1]
+        heard = turn.held + ([transcript] if transcript is not None else [])
+        if not heard:
+            return []  # Whisper heard no words: the VAD decides
+        self.transcribing.segmenter.discard()
+        return self._finish(heard, "heard", early=True)
+
+    def _judge(self, turn: _Turn) -> tuple[Utterance, Transcript | None] | None:
+        """At `listen.turn_pause_ms` into a pause, once: ask the model and (unless the turn is streamed)
+        decode the speech so far meanwhile. The utterance and its transcript when the model judged the
+        turn complete; None otherwise (incomplete, not judged, or not yet at the pause)."""
+        segmenter = self.transcribing.segmenter
+        assert self.end_of_turn is not None and turn.audio is not None
+        silence_ms = segmenter.silence_ms
+        if turn.judged or silence_ms < self.settings.turn_pause_ms:
+            return None
+        turn.judged = True
+        utterance = segmenter.peek()
+        if utterance is None or utterance.speech_ms < segmenter.settings.min_utterance_ms:
+            return None
+        # The model hears exactly `turn_pause_ms` after the VAD's last speech frame, whatever frame the
+        # pause was noticed at: its verdict moves with the length of the silence it is given.
+        audio = turn.audio.last()
+        audio = audio[:audio.size - round((silence_ms - self.settings.turn_pause_ms) * SAMPLE_RATE / 1000)]
+        started = time.perf_counter()
+        future = self.end_of_turn.ask(audio)
+        transcript = None if turn.streamed else self.transcribing.transcribe(utterance)
+        if not turn.streamed:
+            turn.speculative = (utterance, transcript)
+        # Past the VAD's hangover the verdict is worth nothing: the VAD ends the utterance then.
+        budget_s = (segmenter.settings.hangover_ms - silence_ms) / 1000
+        verdict = self.end_of_turn.verdict(future, started, budget_s - (time.perf_counter() - started))
+        log.info("pause at %.2f s: end of turn p=%s, judged in %.0f ms", utterance.end + turn.offset,
+                 "-" if verdict.probability is None else f"{verdict.probability:.2f}", verdict.seconds * 1000,
+                 extra={"conversation_id": turn.conversation_id})
+        if verdict.probability is None:
+            return None
+        turn.incomplete = not verdict.complete
+        if not verdict.complete:
+            return None
+        if transcript is not None:
+            # Whisper and the model ran during the pause: the transcript was ready once both were.
+            waited = utterance.ended_at - utterance.end
+            transcript = replace(transcript, latency_s=waited + time.perf_counter() - started)
+        return utterance, transcript
 
     def _transcribe(self, utterance: Utterance) -> Transcript | None:
         """The utterance's transcript: the one decoded during its pause when the audio is the same."""
@@ -379,6 +504,12 @@ class HearingLoop(Pump[Event]):
         """Whisper as this loop uses it (the Wyoming service shares it)."""
         return self.hearing.transcribing.transcriber
 
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the loop, then the end-of-turn model's worker (a muted device starts a new loop)."""
+        super().stop(timeout)
+        if self.hearing.end_of_turn is not None:
+            self.hearing.end_of_turn.close()
+
 
 def build_hearing(settings: Settings, store: ModelStore, source: AudioSource | None = None,
                   accept_wake: WakeFilter | None = None,
@@ -401,10 +532,13 @@ def build_hearing(settings: Settings, store: ModelStore, source: AudioSource | N
     if source is None:
         source = open_source(settings.audio)
     source, accept_wake = through_front_end(settings, source, reference, accept_wake, wake is not None)
-    hearing = Hearing(mode, transcribing, wake, settings.listen, accept_wake)
+    end_of_turn = load_end_of_turn(settings.listen, store) if mode == "wake" else None
+    hearing = Hearing(mode, transcribing, wake, settings.listen, accept_wake, end_of_turn=end_of_turn)
     return HearingLoop(source, hearing)
 
 
 def _same_audio(decoded: Utterance, final: Utterance) -> bool:
-    """The final utterance is the very audio decoded during its pause (no speech came since)."""
-    return decoded.audio_start == final.audio_start and decoded.samples.size == final.samples.size
+    """The final utterance is the speech decoded during its pause: no speech frame came since, so at
+    most the silent tail after it is longer (the end-of-turn model's pause is shorter than `TAIL_MS`)."""
+    return (decoded.audio_start == final.audio_start and decoded.end == final.end
+            and decoded.samples.size <= final.samples.size)

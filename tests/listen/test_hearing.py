@@ -13,6 +13,7 @@ from edge_agent.asr.transcriber import Transcriber, Transcribing
 from edge_agent.asr.whisper import Padding
 from edge_agent.config import AsrSettings, ListenSettings, VadSettings, WakeSettings
 from edge_agent.listen import Heard, Hearing, Reopened, Streamed, TurnEnded, Woke
+from edge_agent.listen.endofturn import EndOfTurn, SmartTurn
 from edge_agent.text.wer import wer
 from edge_agent.vad import Segmenter, WebRtcClassifier
 from edge_agent.wake import WakeEngine
@@ -34,11 +35,12 @@ def wake_engine() -> WakeEngine:
     return WakeEngine.load(WakeSettings())
 
 
-def hearing(whisper, wake_engine, mode="wake", **listen) -> Hearing:
+def hearing(whisper, wake_engine, mode="wake", end_of_turn: EndOfTurn | None = None, **listen) -> Hearing:
     wake_engine.reset()
     segmenter = Segmenter(WebRtcClassifier(2), VadSettings())
     transcribing = Transcribing(segmenter, Transcriber(whisper, AsrSettings()))
-    return Hearing(mode, transcribing, wake_engine if mode == "wake" else None, ListenSettings(**listen))
+    return Hearing(mode, transcribing, wake_engine if mode == "wake" else None, ListenSettings(**listen),
+                   end_of_turn=end_of_turn)
 
 
 def run(h: Hearing, audio: np.ndarray, block: int = 480) -> list:
@@ -295,3 +297,80 @@ def test_a_lookback_never_reaches_into_the_previous_turn(whisper, wake_engine, s
     sent = np.concatenate([e.samples for e in events[woken[1]:] if isinstance(e, Streamed)])
     begin = round(first_end.time * 16000)
     assert np.array_equal(sent, audio[begin:begin + sent.size])  # it starts where the first turn ended
+
+
+@pytest.fixture(scope="module")
+def ender(turn_model: Path):
+    model = EndOfTurn(SmartTurn.load(turn_model), ListenSettings().turn_probability)
+    yield model
+    model.close()
+
+
+def test_the_end_of_turn_model_ends_a_complete_command_at_the_pause_with_the_same_words(
+        whisper, wake_engine, speech, ender):
+    audio = np.concatenate([silence(0.5), speech[WAKE_COMMAND], silence(1.5)])
+    judged = run(hearing(whisper, wake_engine, end_of_turn=ender), audio)
+    vad = run(hearing(whisper, wake_engine), audio)
+    assert [type(e) for e in judged] == [Woke, Heard, TurnEnded]
+    (heard, ended), (vad_heard, vad_ended) = judged[1:], vad[1:]
+    assert heard.early and heard.transcript.text == vad_heard.transcript.text
+    assert ended.reason == "heard"
+    # Ended at the pause the model was asked at (150 ms, to the 30 ms frame), not after the hangover.
+    frame_s = VadSettings().frame_ms / 1000
+    pause_s = ListenSettings().turn_pause_ms / 1000
+    assert pause_s <= round(ended.time - heard.transcript.end, 3) < pause_s + frame_s
+    assert round(vad_ended.time - vad_heard.transcript.end, 3) >= VadSettings().hangover_ms / 1000
+    assert ender.stats.complete >= 1
+
+
+@pytest.fixture(scope="module")
+def mid_command(clip_cache: Path, piper_voice) -> tuple[np.ndarray, np.ndarray]:
+    """A command with a pause in the middle: "Turn off the oven, and ... start the dishwasher."."""
+    first, second = (load_16k(piper_clip(text, clip_cache, piper_voice))
+                     for text in ("Okay Nabu. Turn off the oven, and", "start the dishwasher."))
+    return first[:np.nonzero(np.abs(first) > 0.01)[0][-1] + 1], second
+
+
+@pytest.mark.parametrize("pause_s", [0.6, 0.9])
+def test_a_pause_judged_incomplete_waits_for_the_rest_of_the_command(
+        whisper, wake_engine, mid_command, ender, pause_s):
+    first, second = mid_command
+    audio = np.concatenate([silence(0.5), first, silence(pause_s), second, silence(2.5)])
+    h = hearing(whisper, wake_engine, end_of_turn=ender)
+    judged = [e for e in run(h, audio) if isinstance(e, Heard)]
+    assert len(judged) == 1, judged
+    assert "oven" in judged[0].transcript.text.lower() and "dishwasher" in judged[0].transcript.text.lower()
+    # Whisper ran once per part: at each pause; the VAD's end of the first part reused its decode.
+    assert h.transcribing.stats.utterances == 2
+    if pause_s > 0.6:
+        # Past the VAD's hangover (500 ms, and the VAD's own lag): the VAD alone loses the rest.
+        vad = [e for e in run(hearing(whisper, wake_engine), audio) if isinstance(e, Heard)]
+        assert "dishwasher" not in vad[0].transcript.text.lower(), vad
+
+
+def test_a_turn_that_never_stops_still_ends_at_the_command_timeout(whisper, wake_engine, speech, ender):
+    """Speech that goes on (a TV) past `listen.command_timeout_s`: the model never gets its pause."""
+    voiced = np.nonzero(np.abs(speech[OTHER]) > 0.01)[0]
+    tv = np.tile(speech[OTHER][voiced[0]:voiced[-1] + 1], 6)  # no pause between the repeats
+    h = hearing(whisper, wake_engine, end_of_turn=ender, command_timeout_s=3.0)
+    events = run(h, np.concatenate([silence(0.5), speech[WAKE_COMMAND][:16000], tv]))
+    ended = [e for e in events if isinstance(e, TurnEnded)]
+    assert ended[0].reason in ("timeout", "heard")
+    woke = events[0]
+    assert isinstance(woke, Woke) and ended[0].time <= woke.detection.time + 3.0 + 0.05
+
+
+def test_a_streamed_turn_ends_when_the_model_hears_its_end(whisper, wake_engine, speech, ender):
+    h = hearing(whisper, wake_engine, end_of_turn=ender)
+    h.stream_turns = lambda: True
+    events = run(h, np.concatenate([silence(0.5), speech[WAKE_COMMAND], silence(3.0)]))
+    ended = [e for e in events if isinstance(e, TurnEnded)]
+    assert len(ended) == 1 and ended[0].reason == "ended", events
+    streamed_s = sum(e.samples.size for e in events if isinstance(e, Streamed)) / 16000
+    assert h.transcribing.stats.utterances == 0  # Home Assistant transcribes a streamed turn
+    # Without the model the stream runs until Home Assistant ends it or the command timeout.
+    plain = hearing(whisper, wake_engine)
+    plain.stream_turns = lambda: True
+    plain_events = run(plain, np.concatenate([silence(0.5), speech[WAKE_COMMAND], silence(3.0)]))
+    assert [e.reason for e in plain_events if isinstance(e, TurnEnded)] == ["timeout"]
+    assert streamed_s < sum(e.samples.size for e in plain_events if isinstance(e, Streamed)) / 16000

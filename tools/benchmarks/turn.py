@@ -1,0 +1,439 @@
+"""End of speech -> transcript, measured live: the VAD's end of turn and the end-of-turn model side by side.
+
+`edge-agent listen --json` runs twice at once, one process per end of turn
+(`listen.end_of_turn: vad` and `model`), each reading raw 16 kHz PCM from its own
+FIFO (`audio.input_pipe`). One writer feeds both FIFOs at the wall clock's pace
+(20 ms chunks, as a microphone delivers them): each "Okay Nabu. <command>" clip
+goes to one process while the other hears silence, then the same clip to the
+other (the order alternates), so both hear every clip under the same load and
+never decode at the same moment. A transcript line is timed from the moment the
+chunk holding the clip's last speech sample (the last one above -40 dBFS) was
+written to the moment the line was read from the process's stdout: what a person
+waits, from outside.
+
+Clips: one sentence (the benches' commands), and two sentences with a pause of
+0.4-0.8 s between them (synthesized apart and joined), by Piper's joe and espeak-ng
+en-us. Per end of turn: p50/p90 of end of speech -> transcript, words kept (the
+reference's words found in the transcript), turns cut short (fewer than half the
+last sentence's words kept: their latency is left out, the speech they ended at is not the
+clip's end), turns missed (no transcript), where the turn was judged over in the audio (stream
+time after the speech's end: what the end of turn decides, whatever the load), the process's CPU
+(cores used over the run: the wake word and the VAD run all along) and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.report import emit, machine, percentile
+from benchmarks.wake import Voices
+from edge_agent.audio.frames import Samples
+from edge_agent.audio.wav import to_pcm16
+from edge_agent.commands.context import Context
+from edge_agent.errors import UsageError
+from edge_agent.listen.endofturn import MODEL_ID
+from edge_agent.text.wer import words
+
+RATE = 16000
+CHUNK_S = 0.02
+"""What the writer puts into a FIFO at a time: a microphone's period."""
+LEAD_S = 0.5
+"""Silence before each clip in its slot."""
+TAIL_S = 3.0
+"""Silence after each clip: past the incomplete-turn wait, Whisper and the wake word's refractory time."""
+SPEECH_LEVEL = 0.01
+"""-40 dBFS: the last sample above it is the end of speech."""
+START_TIMEOUT_S = 120.0
+"""Longest a `listen` process may take to open its FIFO."""
+ENDS = ("vad", "model")
+WAKE = "Okay Nabu."
+ONE_SENTENCE = (
+    "Turn on the kitchen lights.",
+    "What is the weather like tomorrow?",
+    "Set a timer for ten minutes.",
+    "Play some relaxing music in the living room.",
+    "Turn off all the lights downstairs.",
+    "Lock the front door.",
+    "Add milk and eggs to the shopping list.",
+    "Open the garage door and turn on the porch light.",
+)
+TWO_SENTENCES = (
+    ("Dinner is ready.", "Please come to the table."),
+    ("Call mom.", "Tell her I'm running late."),
+    ("Good night.", "Turn everything off."),
+    ("Turn off the oven and", "start the dishwasher."),
+    ("Set a timer for ten minutes.", "Then dim the lights."),
+)
+PAUSES_S = (0.4, 0.6, 0.8, 0.5, 0.7)
+"""The pause between the two sentences, by clip (0.4-0.8 s)."""
+VOICES = ("piper:joe", "espeak:en-us@175")
+
+
+@dataclass(frozen=True)
+class TurnClip:
+    """One "Okay Nabu. <command>" clip and what was said after the wake word."""
+
+    name: str
+    audio: Samples
+    sentences: tuple[str, ...]
+    last_speech: int
+    """Index of the last sample above `SPEECH_LEVEL`."""
+
+
+@dataclass
+class Slot:
+    """One clip written into one process's FIFO."""
+
+    end: str
+    clip: TurnClip
+    started: float = 0.0
+    speech_written: float = 0.0
+    """Monotonic time the chunk holding the clip's last speech sample was written."""
+    speech_end_s: float = 0.0
+    """Stream time (seconds of audio the process has read) of the clip's last speech sample."""
+    vad_end_s: float | None = None
+    """Stream time the VAD put the end of the command's speech at (the transcript's `end`)."""
+    decided_s: float | None = None
+    """Stream time the turn was judged over (the `turn_end` event's `time`)."""
+    heard: list[tuple[float, str]] = field(default_factory=list)
+    """(arrival time, text) of each transcript line that came during this slot."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--one", type=int, default=len(ONE_SENTENCE),
+                        help=f"one-sentence commands per voice (at most {len(ONE_SENTENCE)})")
+    parser.add_argument("--two", type=int, default=len(TWO_SENTENCES),
+                        help=f"two-sentence commands per voice (at most {len(TWO_SENTENCES)})")
+    parser.add_argument("--logs", type=Path, default=None,
+                        help="keep each listen process's log (at info level) in this directory")
+    parser.add_argument("--voices", default=",".join(VOICES),
+                        help="comma-separated voices (default %(default)s)")
+
+
+def run(ctx: Context, args: argparse.Namespace) -> int:
+    counts_ok = 0 <= args.one <= len(ONE_SENTENCE) and 0 <= args.two <= len(TWO_SENTENCES)
+    if not counts_ok or args.one + args.two < 1:
+        raise UsageError(f"--one 0..{len(ONE_SENTENCE)} and --two 0..{len(TWO_SENTENCES)}, at least one clip")
+    if ctx.store.locate(MODEL_ID) is None:
+        raise UsageError(f"the end-of-turn model is not present: run `edge-agent models fetch {MODEL_ID}`")
+    clips = make_clips(ctx, args.voices.split(","), args.one, args.two)
+    load_before = os.getloadavg()
+    measured = measure(clips, passed_on(args), args.logs)
+    result = summarise(measured, clips)
+    result |= {"bench": "turn", "machine": machine(), "load_avg_before": load_before[0],
+               "load_avg_after": os.getloadavg()[0], "clips": len(clips)}
+    emit(result, report(result), args.json)
+    return 0
+
+
+def passed_on(args: argparse.Namespace) -> list[str]:
+    """Our config and overrides, so `listen` runs as configured."""
+    passed = ["--config", args.config] if getattr(args, "config", None) else []
+    for item in getattr(args, "overrides", None) or []:
+        passed += ["--set", item]
+    return passed
+
+
+def make_clips(ctx: Context, voices: list[str], one: int, two: int) -> list[TurnClip]:
+    """The clips, synthesized once into the clip cache (`benchmarks.wake.Voices`)."""
+    speaker = Voices(ctx, kokoro=False)
+    known = speaker.names(kokoro=False)
+    clips = []
+    for voice in voices:
+        if voice not in known:
+            raise UsageError(f"--voices: unknown voice {voice!r} (known: {', '.join(known)})")
+        for text in ONE_SENTENCE[:one]:
+            clips.append(turn_clip(f"{voice} {text}", speaker.say(voice, f"{WAKE} {text}"), (text,)))
+        for (first, second), pause in zip(TWO_SENTENCES[:two], PAUSES_S, strict=False):
+            head = trimmed(speaker.say(voice, f"{WAKE} {first}"))
+            tail = trimmed(speaker.say(voice, second), keep_start=False)
+            audio = np.concatenate([head, np.zeros(round(pause * RATE), dtype=np.float32), tail])
+            clips.append(turn_clip(f"{voice} {first} <{pause} s> {second}", audio, (first, second)))
+    return clips
+
+
+def trimmed(audio: Samples, keep_start: bool = True) -> Samples:
+    """`audio` without the silence after its speech (and, unless `keep_start`, before it)."""
+    voiced = np.nonzero(np.abs(audio) > SPEECH_LEVEL)[0]
+    if voiced.size == 0:
+        return audio
+    return audio[0 if keep_start else voiced[0]:voiced[-1] + 1]
+
+
+def turn_clip(name: str, audio: Samples, sentences: tuple[str, ...]) -> TurnClip:
+    voiced = np.nonzero(np.abs(audio) > SPEECH_LEVEL)[0]
+    return TurnClip(name, audio.astype(np.float32), sentences, int(voiced[-1]) if voiced.size else 0)
+
+
+# -- the live run ------------------------------------------------------------------------
+
+
+@dataclass
+class Listener:
+    """One `edge-agent listen --json` process and its FIFO."""
+
+    end: str
+    fifo: Path
+    proc: subprocess.Popen[bytes]
+    lines: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    log: Path | None = None
+    reader: threading.Thread | None = None
+    writer: int = -1
+
+    def read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            arrived = time.monotonic()
+            try:
+                self.lines.append((arrived, json.loads(raw)))
+            except ValueError:
+                continue  # a log line on stdout is not an event
+
+
+def measure(clips: list[TurnClip], passed: list[str], logs: Path | None = None) -> dict[str, Any]:
+    """Feed every clip to both ends of turn, live; the slots with their transcripts and each process's
+    CPU and memory. `logs`: where each process's log stays (else it goes with the FIFOs)."""
+    with tempfile.TemporaryDirectory(prefix="edge-bench-turn-") as tmp:
+        if logs is not None:
+            logs.mkdir(parents=True, exist_ok=True)
+        listeners = [start_listener(end, Path(tmp), passed, logs or Path(tmp)) for end in ENDS]
+        try:
+            for listener in listeners:
+                listener.writer = open_writer(listener)
+            slots = [Slot(ENDS[(i + k) % 2], clip) for i, clip in enumerate(clips) for k in range(2)]
+            cpu_before = {lst.end: cpu_seconds(lst.proc.pid) for lst in listeners}
+            started = time.monotonic()
+            feed(listeners, slots)
+            wall = time.monotonic() - started
+            cpu = {lst.end: cpu_seconds(lst.proc.pid) - cpu_before[lst.end] for lst in listeners}
+            rss = {lst.end: peak_rss_mb(lst.proc.pid) for lst in listeners}
+        finally:
+            for listener in listeners:
+                stop(listener)
+    for listener in listeners:
+        assign(listener, [s for s in slots if s.end == listener.end])
+    return {"slots": slots, "cpu_s": cpu, "wall_s": wall, "peak_rss_mb": rss,
+            "errors": {lst.end: lst.proc.returncode for lst in listeners}}
+
+
+def start_listener(end: str, tmp: Path, passed: list[str], logs: Path) -> Listener:
+    fifo = tmp / f"{end}.pcm"
+    os.mkfifo(fifo)
+    cmd = [sys.executable, "-m", "edge_agent", "listen", "-v", "--json", *passed,
+           "--set", f'audio.input_pipe="{fifo}"', "--set", f"audio.input_rate={RATE}",
+           "--set", "audio.input_channels=1", "--set", f"listen.end_of_turn={end}"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=(logs / f"{end}.log").open("wb"))
+    listener = Listener(end, fifo, proc, log=logs / f"{end}.log")
+    listener.reader = threading.Thread(target=listener.read, name=f"turn-{end}", daemon=True)
+    listener.reader.start()
+    return listener
+
+
+def open_writer(listener: Listener) -> int:
+    """The FIFO's write end, once the process has opened it for reading (after loading its models)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            fd = os.open(listener.fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # ENXIO: no reader yet
+            if listener.proc.poll() is not None:
+                # Exit 2 is a usage error (no Whisper export, a bad setting): the bench's own as well.
+                error = UsageError if listener.proc.returncode == 2 else RuntimeError
+                raise error(f"listen ({listener.end}) exited {listener.proc.returncode} before "
+                            f"reading: {log_tail(listener)}") from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"listen ({listener.end}) did not open its FIFO in "
+                                   f"{START_TIMEOUT_S:.0f} s") from None
+            time.sleep(0.1)  # polling a FIFO for its reader: there is no event to wait on
+            continue
+        os.set_blocking(fd, True)
+        return fd
+
+
+def feed(listeners: list[Listener], slots: list[Slot]) -> None:
+    """Write each slot into its process's FIFO and silence into the others', at the wall clock's pace."""
+    chunk = round(CHUNK_S * RATE)
+    lead = np.zeros(round(LEAD_S * RATE), dtype=np.float32)
+    tail = np.zeros(round(TAIL_S * RATE), dtype=np.float32)
+    silence = to_pcm16(np.zeros(chunk, dtype=np.float32))
+    t0 = time.monotonic()
+    written = 0
+    for slot in slots:
+        audio = np.concatenate([lead, slot.clip.audio, tail])
+        speech_end = lead.size + slot.clip.last_speech
+        slot.started = time.monotonic()
+        slot.speech_end_s = (written + speech_end + 1) / RATE
+        for start in range(0, audio.size, chunk):
+            due = t0 + written / RATE
+            now = time.monotonic()
+            if due > now:
+                time.sleep(due - now)  # pacing at the wall clock, not a wait for anything
+            pcm = to_pcm16(audio[start:start + chunk])
+            for listener in listeners:
+                os.write(listener.writer, pcm if listener.end == slot.end else silence[:len(pcm)])
+            if start <= speech_end < start + chunk:
+                slot.speech_written = time.monotonic()
+            written += min(chunk, audio.size - start)
+
+
+def assign(listener: Listener, slots: list[Slot]) -> None:
+    """Each transcript line belongs to the last slot of its process that started before it arrived."""
+    for arrived, doc in listener.lines:
+        owner = None
+        for slot in slots:
+            if slot.started <= arrived:
+                owner = slot
+        if owner is None:
+            continue
+        if doc.get("event") == "transcript":
+            owner.heard.append((arrived, str(doc.get("text", ""))))
+            if owner.vad_end_s is None:
+                owner.vad_end_s = float(doc.get("end", 0.0))
+        elif doc.get("event") == "turn_end" and owner.decided_s is None:
+            owner.decided_s = float(doc.get("time", 0.0))
+
+
+def stop(listener: Listener) -> None:
+    if listener.writer >= 0:
+        os.close(listener.writer)
+    listener.proc.terminate()
+    try:
+        listener.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        listener.proc.kill()
+        listener.proc.wait(timeout=30)
+    if listener.reader is not None:
+        listener.reader.join(timeout=10)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (`/proc/PID/stat`)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def log_tail(listener: Listener) -> str:
+    path = listener.log
+    return path.read_text(errors="replace").strip()[-400:] if path is not None and path.exists() else ""
+
+
+# -- the figures -------------------------------------------------------------------------
+
+
+def kept(reference: str, heard: str) -> tuple[int, int]:
+    """(reference words found in `heard`, reference words)."""
+    ref, hyp = Counter(words(reference)), Counter(words(heard))
+    return sum(min(n, hyp[w]) for w, n in ref.items()), sum(ref.values())
+
+
+def summarise(measured: dict[str, Any], clips: list[TurnClip]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for end in ENDS:
+        slots: list[Slot] = [s for s in measured["slots"] if s.end == end]
+        latencies, kept_words, total_words, cut, missed = [], 0, 0, 0, 0
+        vad_lag: list[float] = []
+        decided: list[float] = []
+        by_kind: dict[str, list[float]] = {"one": [], "two": []}
+        for slot in slots:
+            text = " ".join(t for _, t in slot.heard)
+            got, of = kept(" ".join(slot.clip.sentences), text)
+            kept_words += got
+            total_words += of
+            last_got, last_of = kept(slot.clip.sentences[-1], text)
+            if not slot.heard:
+                missed += 1
+                continue
+            if last_got * 2 < last_of:
+                cut += 1  # its end of speech is not the clip's: no latency to measure
+                continue
+            latency = slot.heard[0][0] - slot.speech_written
+            latencies.append(latency)
+            if slot.vad_end_s is not None and slot.decided_s is not None:
+                vad_lag.append(slot.vad_end_s - slot.speech_end_s)
+                decided.append(slot.decided_s - slot.speech_end_s)
+            by_kind["two" if len(slot.clip.sentences) > 1 else "one"].append(latency)
+        result[end] = {
+            "turns": len(slots), "p50_s": percentile(latencies, 50), "p90_s": percentile(latencies, 90),
+            "p50_one_s": percentile(by_kind["one"], 50), "p50_two_s": percentile(by_kind["two"], 50),
+            "words_kept": kept_words / total_words if total_words else float("nan"),
+            "words_kept_two": two_sentence_words(slots),
+            "cut_short": cut, "missed": missed, "latencies_s": [round(x, 3) for x in latencies],
+            "vad_end_lag_p50_s": percentile(vad_lag, 50), "decided_after_p50_s": percentile(decided, 50),
+            "cpu_cores": measured["cpu_s"][end] / measured["wall_s"], "cpu_s": measured["cpu_s"][end],
+            "peak_rss_mb": measured["peak_rss_mb"][end],
+            "heard": [[s.clip.name, " ".join(t for _, t in s.heard)] for s in slots],
+        }
+    vad, model = result["vad"], result["model"]
+    result["ratio_p50"] = model["p50_s"] / vad["p50_s"]
+    result["ratio_p90"] = model["p90_s"] / vad["p90_s"]
+    result["wall_s"] = measured["wall_s"]
+    # Both processes run the wake word and the VAD over the whole run: the difference is what judging
+    # each pause costs (the model, and Whisper decoding at pauses the VAD would not have ended at).
+    result["model_extra_cpu_per_turn_s"] = (model["cpu_s"] - vad["cpu_s"]) / max(1, model["turns"])
+    result["goals"] = {
+        "p50_le_0.30": model["p50_s"] <= 0.30, "p90_le_0.50": model["p90_s"] <= 0.50,
+        "two_sentence_words_kept_ge_vad": model["words_kept_two"] >= vad["words_kept_two"],
+        "rss_le_330_mb": model["peak_rss_mb"] <= 330.0,
+    }
+    return result
+
+
+def two_sentence_words(slots: list[Slot]) -> float:
+    got = of = 0
+    for slot in slots:
+        if len(slot.clip.sentences) > 1:
+            g, o = kept(" ".join(slot.clip.sentences), " ".join(t for _, t in slot.heard))
+            got, of = got + g, of + o
+    return got / of if of else float("nan")
+
+
+def report(result: dict[str, Any]) -> list[str]:
+    lines = [f"end of speech -> transcript, live through a FIFO at the wall clock's pace: {result['clips']} "
+             f"clips per end of turn; load average {result['load_avg_before']:.2f} before, "
+             f"{result['load_avg_after']:.2f} after, {result['machine']['cpus']} CPUs",
+             f"  {'end':<6} {'p50':>6} {'p90':>6} {'p50 1st':>8} {'p50 2nd':>8} {'kept':>6} {'kept 2':>7} "
+             f"{'cut':>4} {'miss':>5} {'cores':>6} {'RSS MB':>7}"]
+    for end in ENDS:
+        r = result[end]
+        lines.append(f"  {end:<6} {r['p50_s']:6.3f} {r['p90_s']:6.3f} {r['p50_one_s']:8.3f} "
+                     f"{r['p50_two_s']:8.3f} {r['words_kept']:6.3f} {r['words_kept_two']:7.3f} "
+                     f"{r['cut_short']:4d} {r['missed']:5d} {r['cpu_cores']:6.3f} {r['peak_rss_mb']:7.1f}")
+    lines.append(f"  model / vad: p50 {result['ratio_p50']:.2f}, p90 {result['ratio_p90']:.2f}  "
+                 f"('1st': one sentence, '2nd': two with a 0.4-0.8 s pause; 'kept 2': their words kept)")
+    for end in ENDS:
+        r = result[end]
+        lines.append(f"  {end}: the VAD put the speech's end {r['vad_end_lag_p50_s']:+.3f} s from the real "
+                     f"one, "
+                     f"the turn was judged over {r['decided_after_p50_s']:.3f} s of audio after it (p50); "
+                     f"the rest is Whisper, the model and any backlog")
+    extra = result["model_extra_cpu_per_turn_s"]
+    lines.append(f"  CPU: the model's process used {extra:+.3f} s more per turn than the VAD-only one "
+                 f"(both run the wake word and the VAD all along)")
+    goals = ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in result["goals"].items())
+    lines.append(f"  goals (model): {goals}")
+    for end in ENDS:
+        for name, text in result[end]["heard"]:
+            lines.append(f"  {end:<6} {name[:60]:<60} -> {text}")
+    return lines
+
