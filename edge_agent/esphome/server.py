@@ -287,11 +287,7 @@ class EsphomeServer:
         server, self._server = self._server, None
         if server is not None:
             server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await _cancel_all(set(self._tasks), STOP_WAIT_S)
         if server is not None:
             # From Python 3.12.1 `wait_closed` also waits for every client's transport: bounded.
             with contextlib.suppress(*TIMEOUTS):
@@ -371,3 +367,22 @@ class EsphomeServer:
             self.release(connection)
             if task is not None:
                 self._tasks.discard(task)
+
+
+async def _cancel_all(tasks: set[asyncio.Task[None]], timeout_s: float) -> None:
+    """Cancel `tasks` and wait, at most `timeout_s`, for them to end.
+
+    On Python < 3.12 `asyncio.wait_for` swallows a cancel that lands as its inner read completes
+    (a peer sending just then), and the task reads on until the idle timeout (90 s): so the
+    cancel is repeated until each task has ended, and the wait is bounded either way.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    pending = tasks
+    while pending and (left := deadline - loop.time()) > 0:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=min(left, 0.2))
+    if pending:
+        log.warning("esphome: %d connection(s) did not end within %g s of the stop", len(pending),
+                    timeout_s)
