@@ -89,7 +89,8 @@ def test_the_variant_follows_the_providers(caplog):
     every = ["kokoro-v1.0.int8.onnx", "kokoro-v1.0.fp16.onnx", "kokoro-v1.0.fp32.onnx"]
     assert variant_for(every, CPU) == "kokoro-v1.0.int8.onnx"
     assert variant_for(every, Accelerator("server", ("cuda", "cpu"))) == "kokoro-v1.0.fp16.onnx"
-    assert variant_for(every[::2], Accelerator("server", ("tensorrt", "cuda", "cpu"))) == "kokoro-v1.0.fp32.onnx"
+    trt = Accelerator("server", ("tensorrt", "cuda", "cpu"))
+    assert variant_for(every[::2], trt) == "kokoro-v1.0.fp32.onnx"
     assert variant_for(every[1:], CPU) == "kokoro-v1.0.fp32.onnx"
     assert variant_for(every[:1], Accelerator("server", ("cuda", "cpu"))) == "kokoro-v1.0.int8.onnx"
     assert "no fp16 or fp32 variant" in caplog.text
