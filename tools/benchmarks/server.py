@@ -69,6 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the server's provider list, best first (runtime.server), e.g. cuda,cpu")
     parser.add_argument("--first-audio-goal", type=float, default=1.0,
                         help="p95 first audio (s) a level must keep to count towards capacity")
+    parser.add_argument("--deadline-ms", type=int, default=None,
+                        help="first-audio deadline each device sends, as a device sends "
+                             "offload.first_audio_deadline_s (default: --first-audio-goal; 0: none); "
+                             "a server that cannot meet it refuses the stream at once (BUSY)")
     parser.add_argument("--timeout", type=float, default=300.0, help="longest one level may take (s)")
 
 
@@ -170,7 +174,7 @@ def gpu_memory_mib() -> float | None:
 
 
 async def _level(port: int, psk: bytes, voice: str, devices: int, *, sentences: int,
-                 timeout: float) -> list[_Device]:
+                 timeout: float, deadline_ms: int = 0) -> list[_Device]:
     endpoint = Endpoint("tcp", "127.0.0.1", port)
     conns = await asyncio.gather(*(ClientConnection.open(endpoint, psk, timeout=30) for _ in range(devices)))
     try:
@@ -178,7 +182,8 @@ async def _level(port: int, psk: bytes, voice: str, devices: int, *, sentences: 
 
         async def ask(conn: ClientConnection, device: _Device, n: int) -> None:
             device.asked = time.perf_counter()
-            await conn.request(device.sink, paragraph(n, sentences), voice, m.Codec.PCM16)
+            await conn.request(device.sink, paragraph(n, sentences), voice, m.Codec.PCM16,
+                               deadline_ms=deadline_ms)
 
         await asyncio.gather(*(ask(c, d, n) for n, (c, d) in enumerate(zip(conns, streams, strict=True))))
         await asyncio.wait_for(asyncio.gather(*(d.done.wait() for d in streams)), timeout)
@@ -213,6 +218,7 @@ def _summary(streams: list[_Device], cpu: dict[str, float], wall: float) -> dict
 def run_mode(mode: str, voice: str, levels: list[int], args: argparse.Namespace, *, psk: bytes,
              passed: dict[str, Any]) -> dict[str, Any]:
     cores = os.cpu_count() or 2
+    deadline_ms = round(1000 * args.first_audio_goal) if args.deadline_ms is None else args.deadline_ms
     workers, threads = (1, cores) if mode == "one_at_a_time" else (args.workers, 1)
     most = max(levels)
     sets = {"server.voices": f"[{voice}]", "server.workers": workers, "server.threads": threads,
@@ -236,7 +242,7 @@ def run_mode(mode: str, voice: str, levels: list[int], args: argparse.Namespace,
             started = time.monotonic()
             try:
                 streams = asyncio.run(_level(proc.port, psk, voice, devices, sentences=args.sentences,
-                                             timeout=args.timeout))
+                                             timeout=args.timeout, deadline_ms=deadline_ms))
             except TimeoutError:
                 result["levels"].append({"devices": devices, "timed_out": True, **meter.stop()})
                 break
@@ -274,8 +280,10 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         result["modes"][mode] = run_mode(mode, voice, levels, args, psk=psk, passed=passed)
     result["loadavg_before"] = [round(x, 2) for x in load_before]
     result["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    deadline = round(1000 * args.first_audio_goal) if args.deadline_ms is None else args.deadline_ms
+    result["deadline_ms"] = deadline
     lines = [f"bench server: {voice}, paragraphs of {args.sentences} sentences, PCM16, one connection per "
-             f"device, {os.cpu_count()} CPUs, providers {args.providers}"]
+             f"device, first-audio deadline {deadline} ms, {os.cpu_count()} CPUs, providers {args.providers}"]
     for mode, res in result["modes"].items():
         lines.append(f"{MODES[mode]} ({res['config']}; voices: {res['voices']}):")
         lines.append("  devices  real-time  ended  first audio p50/p95 s  RTF p50/p95  audio s/s  "

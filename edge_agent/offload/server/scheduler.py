@@ -9,7 +9,10 @@ gone out, the stream's own clock (first audio sent + audio before the
 sentence) replaces the estimate. A free worker always takes the waiting
 sentence due first (earliest deadline first): sentences waiting at the same
 moment from many streams go out together, `workers` at a time, and none is ever
-held back to wait for a fuller batch.
+held back to wait for a fuller batch. A request with a deadline that the work
+already due before it would push past is refused at once (`first_audio_estimate`),
+so a full server serves the streams it can in real time and the others' devices
+speak locally, instead of every stream coming late.
 
 Why not padded batches through the model: Kokoro's ONNX graph has its batch
 dimension fixed at 1 (a graph edit making it dynamic fails in
@@ -138,6 +141,11 @@ class Scheduler:
         self._seq = itertools.count()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="synth")
         self._tasks: list[asyncio.Task[None]] = []
+        self.rtf: float | None = None
+        """Synthesis seconds per second of audio, a moving average of the sentences made here (with
+        whatever else the cores ran meanwhile); None until the first one is done."""
+        self._running_audio = 0.0
+        """Estimated audio of the sentences being synthesized now."""
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -160,6 +168,18 @@ class Scheduler:
             self._waiting.append(Job(index, ticket, future, work, now, next(self._seq)))
         self.metrics.queued(len(works))
         self._arrived.set()
+
+    def first_audio_estimate(self, first_sentence: str, budget_s: float) -> float | None:
+        """Seconds until a new stream's first sentence would be made: the work due before it
+        shared by the workers, then its own; None while no sentence has been timed here."""
+        if self.rtf is None:
+            return None
+        due = asyncio.get_running_loop().time() + budget_s
+        ahead = sum(job.ticket.audio_s[job.index] for job in self._waiting
+                    if not job.ticket.cancelled and job.ticket.due_of(job.index) <= due)
+        # A running sentence is half done on average.
+        wait = (ahead + self._running_audio / 2) * self.rtf / self.workers
+        return wait + len(first_sentence) * SECONDS_PER_CHAR * self.rtf
 
     def _next(self) -> Job:
         """The waiting job due first (ties: the one submitted first); call only when one waits."""
@@ -192,6 +212,8 @@ class Scheduler:
                 ticket.started_at = now
             self.metrics.started(now - job.enqueued)
             result: SentenceResult | None = None
+            estimate = ticket.audio_s[job.index]
+            self._running_audio += estimate
             try:
                 result = await loop.run_in_executor(self._pool, job.work)
             except Exception as exc:
@@ -201,9 +223,13 @@ class Scheduler:
                     job.future.set_exception(exc)
                     job.future.exception()
             finally:
+                self._running_audio -= estimate
                 self.metrics.finished(result.audio_s if result else 0.0, result.synth_s if result else 0.0)
             if result is not None:
                 ticket.audio_s[job.index] = result.audio_s
+                if result.audio_s > 0:
+                    rtf = result.synth_s / result.audio_s
+                    self.rtf = rtf if self.rtf is None else 0.8 * self.rtf + 0.2 * rtf
                 if not job.future.done():
                     job.future.set_result(result)
 

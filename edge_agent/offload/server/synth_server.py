@@ -422,6 +422,15 @@ class _Session:
         if not 8000 <= rate <= 48000:
             return await self._refuse(req.stream, ErrorCode.BAD_REQUEST,
                                       f"sample rate {rate} is outside 8000..48000")
+        if req.deadline_ms:
+            budget = req.deadline_ms / 1000
+            expected = server.scheduler.first_audio_estimate(req.sentences[0], budget)
+            if expected is not None and expected > budget:
+                # Refused now, the device speaks locally at once; accepted, it would wait out its
+                # deadline, and take cores from streams that can still be served in time.
+                return await self._refuse(req.stream, ErrorCode.BUSY,
+                                          f"server at capacity: first audio expected in {expected:.1f} s, "
+                                          f"past this stream's deadline of {budget:g} s")
         encoder = SentenceEncoder(req.codec, rate, self.conn.peer_max_payload - _AUDIO_HEADER,
                                   chunk_samples=max(1, rate * s.chunk_ms // 1000), bitrate=s.opus_bitrate)
         loop = asyncio.get_running_loop()
