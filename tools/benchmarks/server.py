@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import secrets
@@ -39,6 +40,7 @@ from edge_agent.config import Endpoint
 from edge_agent.errors import UsageError
 from edge_agent.offload.client.connection import ClientConnection
 from edge_agent.offload.wire import messages as m
+from edge_agent.offload.wire.transport import OffloadError
 
 SENTENCES = [
     "The washing machine in the basement has finished its cycle.",
@@ -51,6 +53,8 @@ SENTENCES = [
     "Remember that the recycling goes out tonight.",
 ]
 """A paragraph is `--sentences` of these, starting at a different one for each device."""
+PING_INTERVAL_S = 10.0
+"""How often each simulated device pings its server while it waits (devices ping too)."""
 MODES = {"one_at_a_time": "one at a time", "batched": "batched"}
 VOICE_LINE = re.compile(r"voices: (.*?)(?:; (\d+) workers x (\d+) threads)")
 
@@ -185,8 +189,21 @@ async def _level(port: int, psk: bytes, voice: str, devices: int, *, sentences: 
             await conn.request(device.sink, paragraph(n, sentences), voice, m.Codec.PCM16,
                                deadline_ms=deadline_ms)
 
-        await asyncio.gather(*(ask(c, d, n) for n, (c, d) in enumerate(zip(conns, streams, strict=True))))
-        await asyncio.wait_for(asyncio.gather(*(d.done.wait() for d in streams)), timeout)
+        async def keep_alive(conn: ClientConnection) -> None:
+            # As a device does: a server closes a connection that sends nothing for its idle timeout.
+            while True:
+                await asyncio.sleep(PING_INTERVAL_S)
+                with contextlib.suppress(OffloadError):
+                    await conn.ping(PING_INTERVAL_S)
+
+        pingers = [asyncio.create_task(keep_alive(c)) for c in conns]
+        try:
+            await asyncio.gather(*(ask(c, d, n) for n, (c, d) in enumerate(zip(conns, streams, strict=True))))
+            await asyncio.wait_for(asyncio.gather(*(d.done.wait() for d in streams)), timeout)
+        finally:
+            for task in pingers:
+                task.cancel()
+            await asyncio.gather(*pingers, return_exceptions=True)
         return streams
     finally:
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)

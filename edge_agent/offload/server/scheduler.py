@@ -84,6 +84,8 @@ class Ticket:
     """Seconds of audio of each sentence: estimated at submit, measured once synthesized."""
     playing_since: float | None = None
     """Loop time the first audio went out: the listener's playback clock from then on."""
+    voice: str = ""
+    """The voice it speaks with (each voice has its own speed)."""
 
     def due_of(self, index: int) -> float:
         """Loop time the listener runs out of audio without sentence `index`."""
@@ -141,11 +143,11 @@ class Scheduler:
         self._seq = itertools.count()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="synth")
         self._tasks: list[asyncio.Task[None]] = []
-        self.rtf: float | None = None
-        """Synthesis seconds per second of audio, a moving average of the sentences made here (with
-        whatever else the cores ran meanwhile); None until the first one is done."""
-        self._running_audio = 0.0
-        """Estimated audio of the sentences being synthesized now."""
+        self.rtf: dict[str, float] = {}
+        """Per voice: synthesis seconds per second of audio, a moving average of the sentences made
+        here (with whatever else the cores ran meanwhile); absent until its first one is done."""
+        self._running_work = 0.0
+        """Estimated synthesis seconds of the sentences being synthesized now."""
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -169,17 +171,22 @@ class Scheduler:
         self.metrics.queued(len(works))
         self._arrived.set()
 
-    def first_audio_estimate(self, first_sentence: str, budget_s: float) -> float | None:
+    def first_audio_estimate(self, voice: str, first_sentence: str, budget_s: float) -> float | None:
         """Seconds until a new stream's first sentence would be made: the work due before it
-        shared by the workers, then its own; None while no sentence has been timed here."""
-        if self.rtf is None:
+        shared by the workers, then its own. None when nothing is ahead of it (refusing it would
+        make nothing sooner) or the voice has not been timed here yet."""
+        rtf = self.rtf.get(voice)
+        if rtf is None:
             return None
         due = asyncio.get_running_loop().time() + budget_s
-        ahead = sum(job.ticket.audio_s[job.index] for job in self._waiting
+        ahead = sum(job.ticket.audio_s[job.index] * self.rtf.get(job.ticket.voice, rtf)
+                    for job in self._waiting
                     if not job.ticket.cancelled and job.ticket.due_of(job.index) <= due)
         # A running sentence is half done on average.
-        wait = (ahead + self._running_audio / 2) * self.rtf / self.workers
-        return wait + len(first_sentence) * SECONDS_PER_CHAR * self.rtf
+        ahead += self._running_work / 2
+        if ahead <= 0:
+            return None
+        return ahead / self.workers + len(first_sentence) * SECONDS_PER_CHAR * rtf
 
     def _next(self) -> Job:
         """The waiting job due first (ties: the one submitted first); call only when one waits."""
@@ -212,8 +219,8 @@ class Scheduler:
                 ticket.started_at = now
             self.metrics.started(now - job.enqueued)
             result: SentenceResult | None = None
-            estimate = ticket.audio_s[job.index]
-            self._running_audio += estimate
+            estimate = ticket.audio_s[job.index] * self.rtf.get(ticket.voice, 0.0)
+            self._running_work += estimate
             try:
                 result = await loop.run_in_executor(self._pool, job.work)
             except Exception as exc:
@@ -223,13 +230,14 @@ class Scheduler:
                     job.future.set_exception(exc)
                     job.future.exception()
             finally:
-                self._running_audio -= estimate
+                self._running_work -= estimate
                 self.metrics.finished(result.audio_s if result else 0.0, result.synth_s if result else 0.0)
             if result is not None:
                 ticket.audio_s[job.index] = result.audio_s
                 if result.audio_s > 0:
                     rtf = result.synth_s / result.audio_s
-                    self.rtf = rtf if self.rtf is None else 0.8 * self.rtf + 0.2 * rtf
+                    old = self.rtf.get(ticket.voice)
+                    self.rtf[ticket.voice] = rtf if old is None else 0.8 * old + 0.2 * rtf
                 if not job.future.done():
                     job.future.set_result(result)
 

@@ -424,7 +424,7 @@ class _Session:
                                       f"sample rate {rate} is outside 8000..48000")
         if req.deadline_ms:
             budget = req.deadline_ms / 1000
-            expected = server.scheduler.first_audio_estimate(req.sentences[0], budget)
+            expected = server.scheduler.first_audio_estimate(voice_id, req.sentences[0], budget)
             if expected is not None and expected > budget:
                 # Refused now, the device speaks locally at once; accepted, it would wait out its
                 # deadline, and take cores from streams that can still be served in time.
@@ -435,7 +435,7 @@ class _Session:
                                   chunk_samples=max(1, rate * s.chunk_ms // 1000), bitrate=s.opus_bitrate)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + req.deadline_ms / 1000 if req.deadline_ms else None
-        ticket = Ticket([], deadline)
+        ticket = Ticket([], deadline, voice=voice_id)
         stream = _Stream(req.stream, ticket)
         self.streams[req.stream] = stream
         server.stream_opened()
