@@ -148,6 +148,7 @@ class Scheduler:
         here (with whatever else the cores ran meanwhile); absent until its first one is done."""
         self._running_work = 0.0
         """Estimated synthesis seconds of the sentences being synthesized now."""
+        self._running = 0
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -221,6 +222,7 @@ class Scheduler:
             result: SentenceResult | None = None
             estimate = ticket.audio_s[job.index] * self.rtf.get(ticket.voice, 0.0)
             self._running_work += estimate
+            self._running += 1
             try:
                 result = await loop.run_in_executor(self._pool, job.work)
             except Exception as exc:
@@ -230,7 +232,9 @@ class Scheduler:
                     job.future.set_exception(exc)
                     job.future.exception()
             finally:
-                self._running_work -= estimate
+                self._running -= 1
+                # Summed and taken away in another order, floats leave a residue: none runs, none left.
+                self._running_work = self._running_work - estimate if self._running else 0.0
                 self.metrics.finished(result.audio_s if result else 0.0, result.synth_s if result else 0.0)
             if result is not None:
                 ticket.audio_s[job.index] = result.audio_s

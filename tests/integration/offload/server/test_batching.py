@@ -228,3 +228,23 @@ def test_a_stream_that_cannot_be_served_by_its_deadline_is_refused_at_once(serve
     assert answered < 0.3  # refused up front, not once the deadline had passed
     assert isinstance(patient[-1], m.End)
     assert server.server.metrics.counters["deadline_missed"] == 0
+
+
+def test_a_stream_with_nothing_ahead_of_it_is_never_refused(serve, quiet_piper):
+    """However slow the voice, refusing a stream that waits for no one makes nothing sooner: after
+    streams have come and gone (their bookkeeping summed and taken away), a lone request with a
+    deadline shorter than its own sentence is still served."""
+    server = serve(voices={PIPER: quiet_piper}, workers=2)
+
+    async def go():
+        conns = [await connect(server) for _ in range(3)]
+        try:
+            for _ in range(2):
+                await asyncio.gather(*(collect(c, sentences=TEXTS[i]) for i, c in enumerate(conns)))
+            return await collect(conns[0], sentences=TEXTS[3], deadline_ms=1)
+        finally:
+            for c in conns:
+                await c.close()
+
+    _, alone = run(go())
+    assert not isinstance(alone[-1], m.Error) or alone[-1].code != ErrorCode.BUSY
