@@ -505,10 +505,11 @@ class _Session:
 
     async def _send_by(self, message: Audio, due: float) -> bool:
         """Queue `message` for sending, waiting at most until `due` (loop time); False if it could
-        not be: the client has stopped reading (or reads slower than it plays)."""
+        not be: the client has stopped reading (or reads slower than it plays). A chunk made late
+        by the server itself still gets `LATE_GRACE_S`: only the client's reading is judged here."""
         loop = asyncio.get_running_loop()
         try:
-            await asyncio.wait_for(self.conn.send(message), max(due - loop.time(), 0.05))
+            await asyncio.wait_for(self.conn.send(message), max(due - loop.time(), LATE_GRACE_S))
         except TIMEOUTS:
             return False
         return True
