@@ -87,10 +87,26 @@ class Ticket:
     voice: str = ""
     """The voice it speaks with (each voice has its own speed)."""
 
+    _before: list[float] = field(default_factory=list)
+    """`_before[i]`: the audio of the sentences before sentence `i` (a dispatch asks for every
+    waiting sentence's deadline, so each must cost O(1))."""
+
+    def plan(self, audio_s: list[float]) -> None:
+        """Each sentence's audio, estimated, before any is made."""
+        self.audio_s = audio_s
+        self._before = [0.0, *itertools.accumulate(audio_s)][:len(audio_s)]
+
+    def measured(self, index: int, audio_s: float) -> None:
+        """Sentence `index` came out `audio_s` long: the deadlines after it move."""
+        delta = audio_s - self.audio_s[index]
+        self.audio_s[index] = audio_s
+        for i in range(index + 1, len(self._before)):
+            self._before[i] += delta
+
     def due_of(self, index: int) -> float:
         """Loop time the listener runs out of audio without sentence `index`."""
         start = self.playing_since if self.playing_since is not None else self.due
-        return start + sum(self.audio_s[:index])
+        return start + (self._before[index] if index < len(self._before) else sum(self.audio_s[:index]))
 
     def fail(self, exc: BaseException) -> None:
         for fut in self.futures:
@@ -164,7 +180,7 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         now = loop.time()
         ticket.due = now + budget_s
-        ticket.audio_s = [len(t) * SECONDS_PER_CHAR for t in sentences] if sentences else [0.0] * len(works)
+        ticket.plan([len(t) * SECONDS_PER_CHAR for t in sentences] if sentences else [0.0] * len(works))
         for index, work in enumerate(works):
             future: asyncio.Future[SentenceResult] = loop.create_future()
             ticket.futures.append(future)
@@ -237,7 +253,7 @@ class Scheduler:
                 self._running_work = self._running_work - estimate if self._running else 0.0
                 self.metrics.finished(result.audio_s if result else 0.0, result.synth_s if result else 0.0)
             if result is not None:
-                ticket.audio_s[job.index] = result.audio_s
+                ticket.measured(job.index, result.audio_s)
                 if result.audio_s > 0:
                     rtf = result.synth_s / result.audio_s
                     old = self.rtf.get(ticket.voice)
