@@ -8,6 +8,13 @@ effect), and `cpu` always ends it. A provider asked for but not offered is named
 in one warning per use and process, with what runs instead; so is one that is
 offered but that a session could not start (a missing CUDA library, no GPU).
 
+A one-shot command (`say`) runs on the CPU unless its own use names other
+providers (`runtime.tts`): starting CUDA costs seconds and hundreds of MB, more
+than a sentence's synthesis (`one_shot`). Where CUDA or TensorRT is chosen,
+onnxruntime's `preload_dlls()` first loads the CUDA and cuDNN libraries of pip's
+`nvidia-*` wheels, so they are found without `LD_LIBRARY_PATH`;
+`cuda_libraries()` says in one line what is missing (`doctor` shows it).
+
 The TensorRT and CUDA options follow onnxruntime's documented provider options;
 they have not been run on a GPU by this project's tests (there is none where
 they run), only checked for what is passed.
@@ -15,9 +22,13 @@ they run), only checked for what is passed.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib.util
+import io
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -135,6 +146,8 @@ def choose(use: str, wanted: Sequence[str], *, trt: TensorrtSettings | None = No
     names = [n for n in dict.fromkeys(wanted) if n in offered and n != "cpu"]
     missing = [n for n in dict.fromkeys(wanted) if n not in offered]
     names.append("cpu")
+    if names[0] != "cpu":
+        preload_gpu_libraries()
     if missing:
         _warn_once(use, ",".join(missing),
                    f"{use}: execution provider{'s' if len(missing) > 1 else ''} {', '.join(missing)} not "
@@ -148,6 +161,72 @@ def for_use(settings: Settings, use: Use) -> Accelerator:
     runtime = settings.runtime
     return choose(use, runtime.wanted(use), trt=runtime.tensorrt, cuda=runtime.cuda,
                   cache_dir=settings.models.cache_dir)
+
+
+def one_shot(settings: Settings, use: Use) -> Accelerator:
+    """The accelerator of a one-shot command for `use`: the CPU, unless `runtime.<use>` itself
+    names providers. `runtime.providers` is for processes that stay up (`run`, `serve`): a
+    `say` that started CUDA for one sentence took 5 s and 1 GB instead of about 3 s and
+    0.36 GB on the CPU (an H200 host, issue 37)."""
+    runtime = settings.runtime
+    if getattr(runtime, use, None) is not None:
+        return for_use(settings, use)
+    if runtime.providers != ("cpu",):
+        log.info("%s: a one-shot command runs on the cpu (runtime.providers is for long-running "
+                 "processes; set runtime.%s to use %s here)", use, use, ", ".join(runtime.providers))
+    return Accelerator(use, ("cpu",), runtime.tensorrt, runtime.cuda, settings.models.cache_dir)
+
+
+@functools.cache
+def preload_gpu_libraries() -> None:
+    """Load CUDA and cuDNN from pip's `nvidia-*` wheels (where installed) before a GPU session,
+    through onnxruntime's own `preload_dlls()` (onnxruntime-gpu >= 1.21; a CPU build does
+    nothing). Once per process; what it prints goes to the log, not to our stdout."""
+    import onnxruntime as ort
+
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is None:
+        return
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said):
+            preload()
+    except OSError as exc:  # a library present but unloadable: the session says what failed
+        log.warning("onnxruntime.preload_dlls: %s", exc)
+    if said.getvalue().strip():
+        log.info("onnxruntime.preload_dlls: %s", " ".join(said.getvalue().split()))
+
+
+CUDA_WHEELS = {"cudart": "nvidia.cuda_runtime", "cublas": "nvidia.cublas", "cudnn": "nvidia.cudnn",
+               "cufft": "nvidia.cufft", "curand": "nvidia.curand"}
+"""The CUDA libraries onnxruntime's CUDA provider loads, and the module of the pip wheel with each."""
+
+
+def cuda_libraries(find_wheel: Callable[[str], bool] | None = None,
+                   find_system: Callable[[str], bool] | None = None) -> str | None:
+    """None when every library onnxruntime's CUDA provider needs is found (a pip `nvidia-*` wheel
+    or the system's loader path); else one line naming the missing ones and how to install them."""
+    find_wheel = find_wheel or _has_module
+    find_system = find_system or _has_library
+    missing = [lib for lib, module in CUDA_WHEELS.items() if not find_wheel(module) and not find_system(lib)]
+    if not missing:
+        return None
+    return (f"CUDA libraries not found: {', '.join(missing)} (neither pip's nvidia-* wheels nor the system's "
+            "library path); install them with `pip install 'onnxruntime-gpu[cuda,cudnn]'`, or the CUDA "
+            "toolkit and cuDNN 9; until then sessions run on the CPU")
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # the parent package (`nvidia`) is not there
+        return False
+
+
+def _has_library(name: str) -> bool:
+    import ctypes.util
+
+    return ctypes.util.find_library(name) is not None
 
 
 def running_on(session: Any) -> str:

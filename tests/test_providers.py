@@ -122,3 +122,71 @@ def test_a_provider_that_cannot_start_falls_back_to_cpu_with_one_warning(
     assert sessions[0].run(None, {"x": x})[0].tolist() == [[0.0, 2.0]]
     [warning] = warnings_of(caplog)
     assert warning == "asr: cuda could not start for relu.onnx; it runs on cpu"
+
+
+def _settings(tmp_path: Path, runtime: str) -> Settings:
+    config = tmp_path / "c.yaml"
+    config.write_text(f"runtime:\n{runtime}")
+    return load_settings(config)
+
+
+def test_a_one_shot_command_runs_on_the_cpu_whatever_the_general_list(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """`say` with cuda first in runtime.providers on a build that offers it: no CUDA session."""
+    monkeypatch.setattr(providers, "available", lambda: ["tensorrt", "cuda", "cpu"])
+    settings = _settings(tmp_path, "  providers: [cuda, cpu]\n")
+    caplog.set_level(logging.INFO, logger="edge_agent.providers")
+    assert providers.for_use(settings, "tts").names == ("cuda", "cpu")  # the daemon's choice
+    accel = providers.one_shot(settings, "tts")
+    assert accel.names == ("cpu",) and accel.cpu_only
+    assert any("one-shot command runs on the cpu" in r.getMessage() for r in caplog.records)
+
+
+def test_a_one_shot_command_honours_its_own_use_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(providers, "available", lambda: ["cuda", "cpu"])
+    settings = _settings(tmp_path, "  providers: [cpu]\n  tts: [cuda, cpu]\n")
+    assert providers.one_shot(settings, "tts").names == ("cuda", "cpu")
+
+
+def test_gpu_libraries_are_preloaded_once_and_only_for_a_gpu_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnxruntime as ort
+
+    calls: list[int] = []
+
+    def fake_preload() -> None:
+        calls.append(1)
+        print("onnxruntime says something on stdout")
+
+    monkeypatch.setattr(ort, "preload_dlls", fake_preload)
+    providers.preload_gpu_libraries.cache_clear()
+    try:
+        choose("tts", ("cpu",), offered=["cuda", "cpu"])
+        assert calls == []
+        for _ in range(3):
+            choose("server", ("cuda", "cpu"), offered=["cuda", "cpu"])
+        assert calls == [1]
+    finally:
+        providers.preload_gpu_libraries.cache_clear()
+
+
+def test_missing_cuda_libraries_are_named_in_one_line_with_the_fix() -> None:
+    line = providers.cuda_libraries(find_wheel=lambda module: module != "nvidia.cudnn",
+                                    find_system=lambda lib: False)
+    assert line is not None and "\n" not in line
+    assert "cudnn" in line and "cublas" not in line and "onnxruntime-gpu[cuda,cudnn]" in line
+    assert providers.cuda_libraries(find_wheel=lambda module: False, find_system=lambda lib: True) is None
+    assert providers.cuda_libraries(find_wheel=lambda module: True, find_system=lambda lib: False) is None
+
+
+def test_doctor_reports_missing_cuda_libraries_on_a_gpu_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    from argparse import Namespace
+
+    from edge_agent.commands import doctor
+    from edge_agent.commands.context import Context
+
+    monkeypatch.setattr(doctor, "available", lambda: ["cuda", "cpu"])
+    monkeypatch.setattr(doctor, "cuda_libraries", lambda: "CUDA libraries not found: cudnn (...)")
+    check = doctor.check_runtime(Context(Namespace(config=None, overrides=[], verbose=0)))
+    assert not check.ok and "CUDA libraries not found: cudnn" in check.detail
+    monkeypatch.setattr(doctor, "available", lambda: ["cpu"])
+    assert doctor.check_runtime(Context(Namespace(config=None, overrides=[], verbose=0))).ok

@@ -23,7 +23,7 @@ from edge_agent.listen.endofturn import MODEL_ID as TURN_MODEL
 from edge_agent.mqtt.settings import MqttSettings
 from edge_agent.offload.client import probe
 from edge_agent.offload.wire import PSK_ENV, load_psk
-from edge_agent.providers import Use, available, for_use, running_on
+from edge_agent.providers import Use, available, cuda_libraries, for_use, running_on
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.vad import SILERO_MODEL
 
@@ -104,6 +104,9 @@ def check_runtime(ctx: Context) -> Check:
 
 
     uses = "; ".join(f"{use}: {', '.join(for_use(ctx.settings, use).names)}" for use in USES)
+    missing = cuda_libraries() if "cuda" in available() else None
+    if missing is not None:  # the GPU build without its libraries: sessions would fall back to the CPU
+        return Check("runtime", False, False, f"onnxruntime {ort.__version__}: {missing}")
     return Check("runtime", True, False, f"onnxruntime {ort.__version__} offers {', '.join(available())}; "
                                          f"{uses}")
 

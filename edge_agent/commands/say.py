@@ -16,7 +16,7 @@ from edge_agent.audio.settings import AudioSettings
 from edge_agent.audio.sinks import AudioOutput, AudioUnavailable, Sink, WavSink
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
-from edge_agent.providers import for_use
+from edge_agent.providers import one_shot
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import synthesize
 
@@ -106,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
     # Open the output first: an unwritable --out or no sound card fails before any model is loaded.
     sink = open_sink(args.out, settings.audio, rate)
     try:
-        voice = VoiceRegistry(ctx.store, settings.tts, accel=for_use(settings, "tts")).get(settings.tts.voice)
+        accel = one_shot(settings, "tts")  # never CUDA's start-up for one announcement, unless asked
+        voice = VoiceRegistry(ctx.store, settings.tts, accel=accel).get(settings.tts.voice)
         if voice.sample_rate != rate:
             raise UsageError(f"voice {voice.id} runs at {voice.sample_rate} Hz, "
                              f"but the catalog says {rate} Hz")

@@ -15,7 +15,7 @@ from edge_agent.logs import setup_logging
 from edge_agent.models.store import ModelStore
 from edge_agent.offload.server import Monitor, ServerMetrics, SynthServer, check_key
 from edge_agent.offload.wire import load_psk, server_tls_context
-from edge_agent.providers import CPU, Accelerator, for_use
+from edge_agent.providers import CPU, Accelerator, for_use, running_on
 from edge_agent.tts import kokoro
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Voice
@@ -68,6 +68,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def describe(voice_id: str, voice: Voice) -> str:
+    """`kokoro-82m [kokoro-v1.0.int8.onnx on cpu]`: the model file (its variant) and the providers
+    each of its sessions runs on, as onnxruntime reports them."""
+    variant = getattr(voice, "variant", "")
+    where = sorted({running_on(session) for session in voice.sessions().values() if session is not None})
+    inside = " ".join(x for x in (variant, f"on {' | '.join(where)}" if where else "") if x)
+    return f"{voice_id} [{inside}]" if inside else voice_id
+
+
 def _shown(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
@@ -97,7 +106,8 @@ async def _serve(settings: ServerSettings, store: ModelStore, psk: bytes | None,
         logger = (loop.create_task(server.log_metrics(settings.metrics_interval_s))
                   if settings.metrics_interval_s > 0 else None)
         print(f"edge-agent serve: listening on {'tls' if tls else 'tcp'}://{_shown(host)}:{port} "
-              f"(voices: {', '.join(voices)}; {settings.workers} workers x {settings.threads} threads)"
+              f"(voices: {', '.join(describe(k, v) for k, v in voices.items())}; "
+              f"{settings.workers} workers x {settings.threads} threads)"
               f"{probes}", flush=True)
         await stop.wait()
         log.info("signal received: draining (grace %.0f s)", settings.shutdown_grace_s)

@@ -3,7 +3,16 @@
 The model takes `tokens` [1, n] (ids from `vocab.json`, padded with 0 on both
 sides), `style` [1, 256] (row `n` of the voice pack: the style depends on the
 utterance length) and `speed` [1]; it returns 24 kHz float audio. Its batch
-dimension is fixed at 1, so a server runs sentences concurrently, not batched.
+dimension is fixed at 1, so a server runs sentences concurrently, not batched
+(see `edge_agent.offload.server.scheduler`).
+
+Variants: the model's `.onnx` files are its variants, chosen at load by the
+providers (`variant_for`): int8 for the CPU, where its integer kernels are
+fastest; fp16, then fp32, where CUDA or TensorRT leads the list (onnxruntime's
+CUDA provider has no kernel for much of the int8 graph, which then runs on the
+CPU one op at a time), falling back to int8 with a warning when the catalog has
+no float variant. Runs go through IO binding: outputs are allocated by the
+provider that computes them (on a GPU they stay there until read).
 
 Speakers: a voice id `kokoro-82m:<speaker>` picks a style pack; `kokoro-82m` alone is
 the configured default speaker. The Japanese packs come with the model
@@ -49,9 +58,11 @@ class KokoroVoice:
 
     def __init__(self, voice_id: str, session: Any, vocab: dict[str, int],
                  styles: npt.NDArray[np.float32], *, speed: float = 1.0,
-                 espeak_voice: str = ESPEAK_VOICE) -> None:
+                 espeak_voice: str = ESPEAK_VOICE, variant: str = "") -> None:
         self.id = voice_id
         self._session = session
+        self.variant = variant
+        """The model file this voice runs (`kokoro-v1.0.int8.onnx`)."""
         self.vocab = vocab
         self._styles = styles
         self.max_tokens = styles.shape[0] - 1
@@ -71,14 +82,14 @@ class KokoroVoice:
 
         session = make_session(model, threads, spin=spin, accel=accel,
                                profile=Profile(shapes(3), shapes(64), shapes(longest)))
-        return KokoroVoice(voice_id, session, table, styles, speed=speed)
+        return KokoroVoice(voice_id, session, table, styles, speed=speed, variant=model.name)
 
     def with_speaker(self, voice_id: str, styles: npt.NDArray[np.float32]) -> KokoroVoice:
         """The same model (one session) speaking with another style pack."""
         if self._session is None:
             raise ModelError(f"{self.id}: closed")
         return KokoroVoice(voice_id, self._session, self.vocab, styles, speed=float(self._speed[0]),
-                           espeak_voice=self.espeak_voice)
+                           espeak_voice=self.espeak_voice, variant=self.variant)
 
     def sentences(self, text: str) -> list[str]:
         return split_sentences(normalize(text))
@@ -104,12 +115,18 @@ class KokoroVoice:
     def synthesize_ids(self, ids: list[int]) -> Samples:
         if not 0 < len(ids) <= self.max_tokens:
             raise ValueError(f"{len(ids)} tokens: Kokoro takes 1..{self.max_tokens}")
-        inputs = {
-            "tokens": np.array([[_PAD, *ids, _PAD]], dtype=np.int64),
-            "style": self._styles[len(ids)],
-            "speed": self._speed,
-        }
-        audio: Samples = self._session.run(None, inputs)[0].reshape(-1)
+        session = self._session
+        if session is None:
+            raise ModelError(f"{self.id}: closed")
+        # IO binding: the inputs are bound as they are (host memory, copied once to a device
+        # where there is one) and the output is allocated by the provider that computes it.
+        binding = session.io_binding()
+        binding.bind_cpu_input("tokens", np.array([[_PAD, *ids, _PAD]], dtype=np.int64))
+        binding.bind_cpu_input("style", np.ascontiguousarray(self._styles[len(ids)]))
+        binding.bind_cpu_input("speed", self._speed)
+        binding.bind_output(session.get_outputs()[0].name)
+        session.run_with_iobinding(binding)
+        audio: Samples = binding.copy_outputs_to_cpu()[0].reshape(-1)
         return np.clip(audio, -1.0, 1.0).astype(np.float32, copy=False)
 
     def sessions(self) -> dict[str, Any]:
@@ -175,6 +192,28 @@ def speaker_styles(store: Any, speaker: str, packs: Path) -> npt.NDArray[np.floa
         raise ModelError(f"{exc}; English ({ENGLISH_SPEAKERS}): {extra}") from None
 
 
+FLOAT_VARIANTS = ("fp16", "fp32")
+"""Preferred on a GPU, in this order (a file name containing the tag)."""
+
+
+def variant_for(models: list[str], accel: Accelerator) -> str:
+    """The model file (of a model's `.onnx` files) to run on `accel`'s providers: int8 for the CPU,
+    a float variant (fp16, then fp32) when CUDA or TensorRT leads, else what there is, warned."""
+    if not models:
+        raise ModelError("kokoro: the model has no .onnx file")
+    gpu = accel.names[0] in ("cuda", "tensorrt")
+    preferred = [*FLOAT_VARIANTS, "int8"] if gpu else ["int8", "fp32", "fp16"]
+    for tag in preferred:
+        for name in models:
+            if tag in name:
+                if gpu and tag == "int8":
+                    log.warning("kokoro: no fp16 or fp32 variant in the catalog; %s runs %s, whose integer "
+                                "kernels onnxruntime's %s provider mostly leaves to the CPU", accel.names[0],
+                                name, accel.names[0])
+                return name
+    return models[0]
+
+
 def loader(store: Any, *, speaker: str, threads: int, spin: bool = True, accel: Accelerator = CPU) -> Any:
     """A `VoiceRegistry` loader for `kokoro-82m` and `kokoro-82m:<speaker>` (`speaker` when none is named).
 
@@ -191,7 +230,8 @@ def loader(store: Any, *, speaker: str, threads: int, spin: bool = True, accel: 
             first = sessions.get(model_id)
             if first is not None and first.sessions()["model"] is not None:
                 return first.with_speaker(voice_id, styles)
-            model = next(f.name for f in files.entry.files if f.name.endswith(".onnx"))
+            model = variant_for([f.name for f in files.entry.files if f.name.endswith(".onnx")], accel)
+            log.info("%s: variant %s for providers %s", model_id, model, ", ".join(accel.names))
             voice = KokoroVoice.load(voice_id, files.path(model), files.path("vocab.json"), styles,
                                      threads=threads, spin=spin, accel=accel)
             sessions[model_id] = voice

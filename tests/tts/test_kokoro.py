@@ -80,3 +80,33 @@ def test_too_many_tokens_for_one_call_is_refused(kokoro):
 def test_kokoro_is_a_voice(kokoro):
     assert isinstance(kokoro, KokoroVoice)
     assert kokoro.sentences("One. Two!") == ["One.", "Two!"]
+
+
+def test_the_variant_follows_the_providers(caplog):
+    from edge_agent.providers import CPU, Accelerator
+    from edge_agent.tts.kokoro import variant_for
+
+    every = ["kokoro-v1.0.int8.onnx", "kokoro-v1.0.fp16.onnx", "kokoro-v1.0.fp32.onnx"]
+    assert variant_for(every, CPU) == "kokoro-v1.0.int8.onnx"
+    assert variant_for(every, Accelerator("server", ("cuda", "cpu"))) == "kokoro-v1.0.fp16.onnx"
+    trt = Accelerator("server", ("tensorrt", "cuda", "cpu"))
+    assert variant_for(every[::2], trt) == "kokoro-v1.0.fp32.onnx"
+    assert variant_for(every[1:], CPU) == "kokoro-v1.0.fp32.onnx"
+    assert variant_for(every[:1], Accelerator("server", ("cuda", "cpu"))) == "kokoro-v1.0.int8.onnx"
+    assert "no fp16 or fp32 variant" in caplog.text
+
+
+def test_the_loaded_voice_names_its_variant_and_runs_through_io_binding(kokoro, kokoro_files):
+    """The IO-bound run (what `synthesize_ids` does) gives the samples of a plain `run`."""
+    import onnxruntime as ort
+
+    assert kokoro.variant == "kokoro-v1.0.int8.onnx"
+    (ids,) = kokoro.phoneme_ids("The front door is open.")
+    bound = kokoro.synthesize_ids(ids)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    plain_session = ort.InferenceSession(str(kokoro_files.path("kokoro-v1.0.int8.onnx")), opts,
+                                         providers=["CPUExecutionProvider"])
+    plain = plain_session.run(None, {"tokens": np.array([[0, *ids, 0]], dtype=np.int64),
+                                     "style": kokoro._styles[len(ids)], "speed": kokoro._speed})[0]
+    np.testing.assert_allclose(bound, np.clip(plain.reshape(-1), -1, 1), atol=1e-5)

@@ -32,6 +32,8 @@ class ServeProcess:
             self.proc.kill()
             stderr = self.proc.stderr.read()[-2000:] if self.proc.stderr else ""
             raise RuntimeError(f"serve did not start: {line!r} {stderr}")
+        self.line = line
+        """The line it printed when it started listening (voices, their models and providers)."""
         self.uri = f"{match[1]}://{match[2]}:{match[3]}"
         self.port = int(match[3])
         metrics = METRICS.search(line)

@@ -20,6 +20,7 @@ from edge_agent.errors import TIMEOUTS, ConfigError
 from edge_agent.logs import Throttle
 from edge_agent.offload.server.admission import HandshakeSlots
 from edge_agent.offload.server.scheduler import (
+    FIRST_AUDIO_BUDGET_S,
     DeadlineMissed,
     Scheduler,
     SentenceResult,
@@ -67,6 +68,9 @@ log = logging.getLogger(__name__)
 
 MIN_PEER_FRAME = 1024
 _AUDIO_HEADER = 6
+LATE_GRACE_S = 2.0
+"""A chunk that cannot even be queued this long after its playback deadline (the client stopped
+reading) ends its stream: what is left of it is dropped, not synthesized, and not held."""
 
 
 def is_loopback(host: str) -> bool:
@@ -391,7 +395,9 @@ class _Session:
             return await self._refuse(req.stream, ErrorCode.TOO_MANY_STREAMS,
                                       f"at most {s.max_streams_per_connection} open streams per connection")
         if server.metrics.open_streams >= s.queue_bound:
-            return await self._refuse(req.stream, ErrorCode.BUSY, "server queue is full")
+            return await self._refuse(req.stream, ErrorCode.BUSY,
+                                      f"server is at its limit of {s.queue_bound} open streams "
+                                      "(server.queue_bound); try again when one has ended")
         if voice is None:
             return await self._refuse(req.stream, ErrorCode.UNKNOWN_VOICE,
                                       f"no voice {voice_id!r} (offered: {', '.join(server.voices)})")
@@ -416,16 +422,27 @@ class _Session:
         if not 8000 <= rate <= 48000:
             return await self._refuse(req.stream, ErrorCode.BAD_REQUEST,
                                       f"sample rate {rate} is outside 8000..48000")
+        if req.deadline_ms:
+            budget = req.deadline_ms / 1000
+            expected = server.scheduler.first_audio_estimate(voice_id, req.sentences[0], budget)
+            if expected is not None and expected > budget:
+                # Refused now, the device speaks locally at once; accepted, it would wait out its
+                # deadline, and take cores from streams that can still be served in time.
+                return await self._refuse(req.stream, ErrorCode.BUSY,
+                                          f"server at capacity: first audio expected in {expected:.1f} s, "
+                                          f"past this stream's deadline of {budget:g} s")
         encoder = SentenceEncoder(req.codec, rate, self.conn.peer_max_payload - _AUDIO_HEADER,
                                   chunk_samples=max(1, rate * s.chunk_ms // 1000), bitrate=s.opus_bitrate)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + req.deadline_ms / 1000 if req.deadline_ms else None
-        ticket = Ticket([], deadline)
+        ticket = Ticket([], deadline, voice=voice_id)
         stream = _Stream(req.stream, ticket)
         self.streams[req.stream] = stream
         server.stream_opened()
         server.metrics.count("requests")
-        server.scheduler.submit(ticket, [sentence_work(voice, text, rate, encoder) for text in req.sentences])
+        server.scheduler.submit(ticket, [sentence_work(voice, text, rate, encoder) for text in req.sentences],
+                                list(req.sentences),
+                                req.deadline_ms / 1000 if req.deadline_ms else FIRST_AUDIO_BUDGET_S)
         header = Format(req.stream, rate, req.codec, encoder.frame_samples, encoder.pre_skip,
                         len(req.sentences))
         stream.task = loop.create_task(self._stream(stream, header))
@@ -456,15 +473,23 @@ class _Session:
                     outcome = "failed"
                     await self.conn.send(Error(sid, ErrorCode.INTERNAL, f"synthesis failed: {exc}"))
                     return
-                samples += result.samples
                 synth_s += result.synth_s
                 last = len(result.chunks) - 1
+                offset = 0
                 for j, chunk in enumerate(result.chunks):
                     if ticket.cancelled:
                         break
-                    await self.conn.send(Audio(sid, index, chunk.samples, chunk.data, last=j == last))
+                    due = ticket.due_of(index) + offset / header.sample_rate + LATE_GRACE_S
+                    message = Audio(sid, index, chunk.samples, chunk.data, last=j == last)
+                    if not await self._send_by(message, due):
+                        outcome = "late"
+                        self._fell_behind(stream, due - LATE_GRACE_S)
+                        return
+                    offset += chunk.samples
                     if index == 0 and j == 0:
+                        ticket.playing_since = asyncio.get_running_loop().time()
                         self.server.metrics.first_audio_sent(time.monotonic() - ticket.arrived)
+                samples += offset
             queue_s = (ticket.started_at - ticket.arrived) if ticket.started_at else 0.0
             await self.conn.send(End(sid, samples, round(max(queue_s, 0.0) * 1000), round(synth_s * 1000),
                                      cancelled=ticket.cancelled))
@@ -477,6 +502,26 @@ class _Session:
             self.server.metrics.count(f"streams_{outcome}")
             log.info("%s stream %d: %s (%.2f s audio, %.2f s synthesis)", self.conn.peer, sid, outcome,
                      samples / header.sample_rate, synth_s)
+
+    async def _send_by(self, message: Audio, due: float) -> bool:
+        """Queue `message` for sending, waiting at most until `due` (loop time); False if it could
+        not be: the client has stopped reading (or reads slower than it plays). A chunk made late
+        by the server itself still gets `LATE_GRACE_S`: only the client's reading is judged here."""
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(self.conn.send(message), max(due - loop.time(), LATE_GRACE_S))
+        except TIMEOUTS:
+            return False
+        return True
+
+    def _fell_behind(self, stream: _Stream, due: float) -> None:
+        """A stream whose client stopped reading: drop the rest of it (no synthesis, nothing held)
+        and close its connection, whose send queue that client no longer empties."""
+        stream.ticket.cancel()  # counted as `streams_late` where the stream's task ends
+        behind = asyncio.get_running_loop().time() - due
+        log.warning("%s stream %d: client %.1f s behind playback (not reading); stream dropped, "
+                    "connection closed", self.conn.peer, stream.id, behind)
+        self.conn.abort()
 
     def _closed(self, stream: _Stream) -> None:
         stream.ticket.cancel()

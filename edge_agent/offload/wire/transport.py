@@ -22,6 +22,10 @@ from edge_agent.offload.wire.messages import Error, Message
 log = logging.getLogger(__name__)
 
 READ_SIZE = 64 * 1024
+LINGER_S = 1.0
+"""After an ERROR that closes the connection: how long what the peer still sends is read and dropped."""
+LINGER_BYTES = 16 * 1024 * 1024
+"""... and how much of it at most (the time alone would let a fast peer cost a loopback's bandwidth)."""
 
 
 class OffloadError(EdgeError):
@@ -150,9 +154,29 @@ class FramedConnection:
             with contextlib.suppress(Exception):
                 self._writer.write(messages.encode(frame))
                 await asyncio.wait_for(self._writer.drain(), 1.0)
+                await self._linger()
         self._abort()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._writer.wait_closed(), 1.0)
+
+    async def _linger(self) -> None:
+        """Half-close, then read and drop what the peer still sends, within `LINGER_S` and
+        `LINGER_BYTES`: closing a socket with unread data makes the kernel answer with a reset,
+        which discards the ERROR just written before the peer has read it (a 1 MB SYNTH got a
+        reset instead of FRAME_TOO_LARGE). TLS cannot half-close; it only drains."""
+        if self._writer.can_write_eof():
+            self._writer.write_eof()
+        loop = asyncio.get_running_loop()
+        until = loop.time() + LINGER_S
+        dropped = 0
+        while dropped < LINGER_BYTES and (left := until - loop.time()) > 0:
+            try:
+                data = await asyncio.wait_for(self._reader.read(READ_SIZE), left)
+            except TIMEOUTS:
+                return
+            if not data:
+                return  # the peer closed too: nothing unread is left to cause a reset
+            dropped += len(data)
 
     def abort(self) -> None:
         """Close now without a goodbye; a pending `read` ends with `ConnectionClosed`."""
