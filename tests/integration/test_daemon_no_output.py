@@ -15,10 +15,12 @@ from tests.mqtt_support import Producer, Watcher
 
 
 def has_sound_card() -> bool:
-    try:
-        import sounddevice
+    # Through our importer: PortAudio's import blocks SIGPIPE in this thread, and every child the
+    # suite starts afterwards would inherit the mask.
+    from edge_agent.audio.sinks import import_sounddevice
 
-        sounddevice.query_devices(kind="output")
+    try:
+        import_sounddevice().query_devices(kind="output")
     except Exception:  # no PortAudio (OSError) or no default output (PortAudioError)
         return False
     return True

@@ -63,7 +63,7 @@ def test_the_device_wheel_ships_the_runtime_and_neither_the_exporter_nor_the_ben
     assert "edge-agent = edge_agent.cli:main" in entry_points
     assert "edge-export" not in entry_points and "edge_speech." not in entry_points
     metadata = Parser().parsestr(dist_info(wheel, "METADATA"))
-    assert metadata.get_all("Provides-Extra") == ["server", "dev"]
+    assert metadata.get_all("Provides-Extra") == ["server", "sendspin", "dev"]
 
 
 def test_the_tools_wheel_ships_the_exporter_and_every_benchmark_under_its_entry_point(tmp_path):
