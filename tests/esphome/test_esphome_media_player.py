@@ -30,6 +30,7 @@ from edge_agent.daemon import Daemon
 from edge_agent.esphome.entities import MEDIA_PLAYER
 from edge_agent.esphome.player import Segment, TrackPlayer, now_us
 from edge_agent.listen.hearing import TurnEnded, Woke
+from edge_agent.wake.engine import Detection
 from tests.esphome_support import MediaServer, connected, run_daemon
 from tests.mqtt_support import PacedOpener, wait_until
 
@@ -346,10 +347,12 @@ def test_a_wake_word_pauses_the_track_until_the_turn_ends_then_it_goes_on_where_
             ha = Session(client)
             ha.command(media_url=media.url("noise.flac"))
             await ha.until(lambda: player.stats.blocks >= 20, "0.4 s played")
-            device.music.woke(Woke(detection=None, conversation_id="c1"))  # type: ignore[arg-type]
+            # What the hearing loop tells the daemon's conversation turn, which tells its observers.
+            wake = Detection("okay_nabu", "Okay Nabu", 1.0, 0.99)
+            device.turns.on_event(Woke(detection=wake, conversation_id="c1"))
             await ha.until_state(MediaPlayerState.PAUSED)
             await ha.for_s(0.3)
-            device.music.turn_ended(TurnEnded("c1", "heard", 0.0))
+            device.turns.on_event(TurnEnded("c1", "heard", 0.0))
             await ha.until_state(MediaPlayerState.PLAYING)
             await ha.until_state(MediaPlayerState.IDLE)
             return [s.state for s in ha.states]
@@ -368,3 +371,54 @@ def test_a_flac_that_does_not_state_its_length_still_plays_whole_when_it_fits() 
     soundfile.write(buffer, _tone(1.0), RATE, format="FLAC")
     fetched = decode_audio(bytearray(_unstated(buffer.getvalue())), "streamed.flac", max_samples=RATE)
     assert len(fetched.samples) == RATE and fetched.sample_rate == RATE
+
+
+def test_play_media_as_an_announcement_goes_through_the_announcement_queue_not_the_track_player(
+        device: Daemon, media: MediaServer, tmp_path: Path) -> None:
+    url = media.tone("chime.wav", seconds=0.3)
+    spoken = tmp_path / "spoken"
+
+    async def scenario() -> None:
+        async for client in connected(device):
+            client.media_player_command(MEDIA_PLAYER, media_url=url, announcement=True)
+            await asyncio.to_thread(wait_until, lambda: any(spoken.glob("esphome-announce-*.wav")), 10,
+                                    "the announcement played")
+
+    asyncio.run(scenario())
+    assert not _player(device).stats.segments
+
+
+def _vm(field: str) -> int:
+    """This process's `VmRSS` or `VmHWM` (its peak since `_reset_peak`), bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field}")
+
+
+def test_an_hour_of_flac_silence_that_hides_its_length_is_refused_with_the_peak_rss_within_the_budget(
+        device: Daemon, media: MediaServer, caplog: Any) -> None:
+    zeros = np.zeros(1 << 20, dtype=np.float32)
+    with soundfile.SoundFile(media.root / "hour.flac", "w", RATE, 1, format="FLAC") as out:
+        for _ in range(76):  # 3616 s, 80 M samples: ten times the 8 Mi that 16 MiB allows
+            out.write(zeros)
+    data = (media.root / "hour.flac").read_bytes()
+    (media.root / "hidden.flac").write_bytes(_unstated(data))
+    budget = device.esphome.assistant.budget
+
+    async def scenario() -> None:
+        async for client in connected(device):
+            ha = Session(client)
+            ha.command(media_url=media.url("hidden.flac"))
+            await ha.until(lambda: "media not played" in caplog.text, "the refusal")
+
+    Path("/proc/self/clear_refs").write_text("5")  # the peak RSS starts again from now
+    before = _vm("VmRSS")
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(scenario())
+    grew = _vm("VmHWM") - before
+    print(f"hour.flac: {len(data)} bytes, refused at {budget.peak >> 20} MiB counted of "
+          f"{budget.limit_bytes >> 20}; the process's peak RSS grew {grew / 2 ** 20:.1f} MiB")
+    assert "more than the 8388608 that media_max_bytes allows" in caplog.text
+    assert budget.peak <= budget.limit_bytes and grew < budget.limit_bytes
+    wait_until(lambda: budget.held == 0 and budget.running == 0, 5, "the budget freed")
