@@ -4,7 +4,7 @@
   queue, media (`play_media`) through its own track player (`player`) with pause,
   resume, stop and mute; the volume; idle/playing/paused and muted reported as the
   ESPHome firmware does. It asks Home Assistant's ffmpeg proxy for FLAC for media and
-  WAV for announcements (`FORMATS`); a URL that bypasses the proxy may be WAV, FLAC or
+  WAV for announcements (`descriptions`); a URL that bypasses the proxy may be WAV, FLAC or
   MP3 (see `media`);
 - a switch `mute` (the microphone; the same switch as MQTT discovery's mic mute);
 - the wake words: not an entity of ours but the voice assistant's configuration

@@ -23,7 +23,13 @@ from typing import Any
 import numpy as np
 import pytest
 import soundfile
-from aioesphomeapi import APIClient, MediaPlayerCommand, MediaPlayerEntityState, MediaPlayerState
+from aioesphomeapi import (
+    APIClient,
+    MediaPlayerCommand,
+    MediaPlayerEntityState,
+    MediaPlayerState,
+    VoiceAssistantTimerEventType,
+)
 
 from edge_agent.audio.wav import read_wav
 from edge_agent.daemon import Daemon
@@ -422,3 +428,26 @@ def test_an_hour_of_flac_silence_that_hides_its_length_is_refused_with_the_peak_
     assert "more than the 8388608 that media_max_bytes allows" in caplog.text
     assert budget.peak <= budget.limit_bytes and grew < budget.limit_bytes
     wait_until(lambda: budget.held == 0 and budget.running == 0, 5, "the budget freed")
+
+
+def test_a_finished_timer_ducks_the_track_while_its_chime_plays(
+        device: Daemon, media: MediaServer, tmp_path: Path) -> None:
+    media.encoded("tone.flac", _tone(4.0), RATE, "FLAC")
+    player = _player(device)
+
+    async def scenario() -> None:
+        async for client in connected(device):
+            ha = Session(client)
+            ha.command(media_url=media.url("tone.flac"))
+            await ha.until(lambda: player.stats.blocks >= 10, "0.2 s played")
+            finished = VoiceAssistantTimerEventType.VOICE_ASSISTANT_TIMER_FINISHED
+            client.send_voice_assistant_timer_event(finished, "t1", "pasta", 60, 0, False)
+            await ha.until(lambda: player.ducked, "the track ducked")
+            await ha.until(lambda: not player.ducked, "the track restored")
+            assert player.state == "playing"  # the track played on under the chime
+            ha.command(command=MediaPlayerCommand.STOP)
+            await ha.until_state(MediaPlayerState.IDLE)
+
+    asyncio.run(scenario())
+    assert len(list((tmp_path / "spoken").glob("esphome-timer-*.wav"))) == 1
+    assert len(player.stats.segments) == 1  # ducked, never paused
