@@ -611,6 +611,7 @@ class Daemon:
         try:
             from edge_agent.esphome.assistant import Assistant, MediaLimits
             from edge_agent.esphome.entities import Entities
+            from edge_agent.esphome.player import TrackPlayer
             from edge_agent.esphome.service import EsphomeService
         except ImportError as exc:  # aioesphomeapi needs Python 3.11
             log.error("esphome: the ESPHome API is not available here (%s); it needs Python 3.11 or "
@@ -618,10 +619,14 @@ class Daemon:
             return
         entities = Entities(settings.name or self.device, self, wake_words=list(self.settings.wake.models),
                             available_wake_words=self.wake_offered(), set_wake_words=self._set_wake_words)
+        # Media plays on its own output, ducked and paused with the Sendspin music (`music`).
+        player = TrackPlayer(functools.partial(music_sink, self.settings), volume=self.volume,
+                             muted=self.media_muted, duck_level=self.settings.sendspin.duck_level)
         assistant = Assistant(self.announcements, entities,
                               MediaLimits(settings.media_max_bytes, settings.media_timeout_s),
                               end_turn=self._end_streamed_turn, open_turn=self._continue_conversation,
-                              on_transcript=self.turns.remote_heard, no_answer=self.turns.unanswered)
+                              on_transcript=self.turns.remote_heard, no_answer=self.turns.unanswered,
+                              player=player)
         service = EsphomeService(settings, self.device, assistant, entities)
         try:
             await service.start()
@@ -630,12 +635,14 @@ class Daemon:
             assistant.close()
             return
         self.esphome = service
+        self.music.players.append(player)
 
     def _music_cues(self) -> list[HearObserver]:
-        """`music`, which ducks or pauses the Sendspin music for what the device says and hears:
-        told the announcements' statuses, and the turns through the list returned."""
+        """`music`, which ducks or pauses the music (Sendspin's, the ESPHome media player's) for what
+        the device says and hears: told the announcements' statuses, and the turns through the list
+        returned."""
         self.music = MusicCues(pause_on_wake=self.settings.sendspin.pause_on_wake)
-        if not self.settings.sendspin.enabled:
+        if not (self.settings.sendspin.enabled or self.settings.esphome.enabled):
             return []
         self.announcements.observe(self.music.on_announce_status)
         return [self.music]
@@ -660,7 +667,7 @@ class Daemon:
             log.error("sendspin: player not started: %s", exc)
             return
         self.sendspin = player
-        self.music.player = player
+        self.music.players.append(player)
 
     def wake_offered(self) -> list[str]:
         """The wake models Home Assistant may choose from: the configured ones, then the built-in."""

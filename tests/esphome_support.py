@@ -33,6 +33,13 @@ class MediaServer(FileServer):
         writer.close()
         return self.url(name)
 
+    def encoded(self, name: str, samples: np.ndarray, rate: int, kind: str) -> bytes:
+        """`samples` (frames x channels, or mono) as a FLAC or MP3 file served as `name`: its bytes."""
+        import soundfile
+
+        soundfile.write(self.root / name, samples, rate, format=kind)
+        return (self.root / name).read_bytes()
+
 
 @pytest.fixture
 def media(tmp_path: Path) -> Iterator[MediaServer]:

@@ -20,6 +20,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from edge_agent.announce.playout import DirOpener
+from edge_agent.audio.sinks import WavSink
 from edge_agent.config import parse_uri
 from tests.waiting import TIMEOUT, wait_until  # also the MQTT tests' import of them
 
@@ -214,6 +216,25 @@ import numpy as np  # noqa: E402
 from edge_agent.announce.message import Announcement  # noqa: E402
 from edge_agent.audio.frames import AudioChunk  # noqa: E402
 from edge_agent.tts.voice import VoiceOffer  # noqa: E402
+
+
+class PacedSink(WavSink):
+    """An announcement's WAV written at the pace a sound card takes it (its writes block), so the
+    announcement lasts as long as its audio, as it does on a loudspeaker."""
+
+    def __init__(self, path: Path, sample_rate: int) -> None:
+        super().__init__(path, sample_rate)
+        self._t0 = time.monotonic()
+
+    def write(self, samples: Any) -> None:
+        super().write(samples)
+        time.sleep(max(0.0, self._t0 + self.frames / self.sample_rate - time.monotonic()))
+
+
+class PacedOpener(DirOpener):
+    def open(self, ann: Any, sample_rate: int) -> WavSink:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        return PacedSink(self.out_dir / f"{ann.id}.wav", sample_rate)
 
 
 class ToneSynth:

@@ -18,7 +18,10 @@ conversation turn, which resumes announcements at once instead of after
 `listen.answer_wait_s`.
 
 `VoiceAssistantAnnounceRequest` (assist_satellite.announce / start_conversation) and a
-media player's `play_media` are fetched and queued as announcements the same way;
+media player's `play_media` with the announcement flag are fetched and queued as
+announcements the same way; `play_media` without it is a track for the media player's
+own `TrackPlayer` (one at a time: a new one stops the old before it is fetched, and the
+track's samples stay counted in the `MediaBudget` until it ends);
 `start_conversation` opens a turn once its announcement has played. A finished timer
 plays the chime as an urgent announcement (one pending chime per timer id).
 
@@ -59,7 +62,8 @@ from edge_agent.audio.resample import resample
 from edge_agent.audio.wav import to_pcm16
 from edge_agent.errors import EdgeError
 from edge_agent.esphome.entities import Entities
-from edge_agent.esphome.media import Fetched, MediaBudget, MediaError, Reservation, Transfer, fetch_wav
+from edge_agent.esphome.media import Fetched, MediaBudget, MediaError, Reservation, Transfer, fetch_audio
+from edge_agent.esphome.player import Track, TrackPlayer
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +110,14 @@ class Assistant:
                  end_turn: Callable[[str], None], open_turn: Callable[[str], object],
                  on_transcript: Callable[[str, str, str], None] | None = None,
                  no_answer: Callable[[str], None] | None = None,
-                 wake_words: Sequence[str] = ()) -> None:
+                 wake_words: Sequence[str] = (), player: TrackPlayer | None = None) -> None:
         self.announcer = announcer
         self.entities = entities
+        self.player = player
+        """Plays `play_media`'s tracks (None: they are announcements, as before it existed)."""
+        if player is not None:
+            entities.player = player
+            player.on_change = entities.media_changed
         self.media = media
         self.end_hearing_turn = end_turn
         self.open_hearing_turn = open_turn
@@ -134,6 +143,8 @@ class Assistant:
 
     def close(self) -> None:
         self._forget()
+        if self.player is not None:
+            self.player.close()
         for task in self._tasks:
             task.cancel()
         for transfer in list(self._transfers):
@@ -246,9 +257,43 @@ class Assistant:
                                                             trained_languages=["en"]) for name in available],
             active_wake_words=self.entities.wake_words(), max_active_wake_words=len(available) or 1)
 
-    def play_media(self, connection: Controller, url: str) -> None:
-        """A media player's `play_media`: an announcement, with no answer expected."""
-        self._spawn(self._play_url(connection, [url], text="(media)", done=lambda *_: None))
+    def play_media(self, connection: Controller, url: str, *, announcement: bool = False) -> None:
+        """A media player's `play_media`: an announcement (no answer expected), or a track."""
+        if announcement or self.player is None:
+            self._spawn(self._play_url(connection, [url], text="(media)", done=lambda *_: None))
+        else:
+            self._spawn(self._play_track(connection, self.player, url))
+
+    async def _play_track(self, connection: Controller, player: TrackPlayer, url: str) -> None:
+        """Fetch and decode `url`, then hand it to the player; its reservation is released when the
+        track ends (played, stopped, replaced), or at once when it cannot be played."""
+        track_id = f"esphome-media-{uuid.uuid4().hex[:12]}"
+        player.stop()  # the track playing lets go of its memory before the next one is fetched
+        try:
+            reservation = self._admit(connection)
+        except MediaError as exc:
+            log.warning("esphome: media from %s refused: %s", connection.peer, exc,
+                        extra={"stream": track_id})
+            return
+        handed = False
+        try:
+            try:
+                fetched = await self._fetch(url, reservation, connection, spoken=False)
+            except MediaError as exc:
+                log.warning("esphome: media not played: %s", exc, extra={"stream": track_id})
+                return
+            reservation.keep()  # the fetch's place is free; the samples stay counted while they play
+
+            def ended(why: str) -> None:
+                reservation.release()
+                log.info("esphome: media %s", why, extra={"stream": track_id})
+
+            player.play(Track(track_id, fetched.samples, fetched.sample_rate, on_end=ended))
+            handed = True
+        finally:
+            self._fetching.discard(id(connection))
+            if not handed:
+                reservation.release()
 
     def _event(self, connection: Controller, message: pb.VoiceAssistantEventResponse) -> None:
         kind = message.event_type
@@ -346,16 +391,18 @@ class Assistant:
         self._fetching.add(id(connection))
         return reservation
 
-    async def _fetch(self, url: str, reservation: Reservation, connection: Controller) -> Fetched:
+    async def _fetch(self, url: str, reservation: Reservation, connection: Controller, *,
+                     spoken: bool = True) -> Fetched:
         """`url` fetched in the assistant's own threads, cut at `media.timeout_s` whatever it sends
-        (or when `connection` closes)."""
+        (or when `connection` closes); when `spoken` (an announcement, an answer), no longer than an
+        announcement may last (a track is bounded by its decoded size alone)."""
+        max_seconds = self.announcer.speaking.settings.max_audio_s if spoken else None
         loop = asyncio.get_running_loop()
         transfer = Transfer()
         self._transfers[transfer] = id(connection)
         cut = loop.call_later(self.media.timeout_s, transfer.abort)
-        work = functools.partial(fetch_wav, url, max_bytes=self.media.max_bytes,
-                                 timeout_s=self.media.timeout_s,
-                                 max_seconds=self.announcer.speaking.settings.max_audio_s,
+        work = functools.partial(fetch_audio, url, max_bytes=self.media.max_bytes,
+                                 timeout_s=self.media.timeout_s, max_seconds=max_seconds,
                                  reservation=reservation, transfer=transfer)
         try:
             return await loop.run_in_executor(self._fetcher, work)

@@ -1,8 +1,11 @@
 """The entities the device shows Home Assistant over the ESPHome API.
 
-- a media player (`media_player.<name>`): announcements and media played through
-  the announcement queue, the volume, idle/playing; it says it plays WAV, so Home
-  Assistant converts what it sends to that (see `media`);
+- a media player (`media_player.<name>`): announcements through the announcement
+  queue, media (`play_media`) through its own track player (`player`) with pause,
+  resume, stop and mute; the volume; idle/playing/paused and muted reported as the
+  ESPHome firmware does. It asks Home Assistant's ffmpeg proxy for FLAC for media and
+  WAV for announcements (`descriptions`); a URL that bypasses the proxy may be WAV, FLAC or
+  MP3 (see `media`);
 - a switch `mute` (the microphone; the same switch as MQTT discovery's mic mute);
 - the wake words: not an entity of ours but the voice assistant's configuration
   (`VoiceAssistantConfigurationResponse`), from which Home Assistant makes its own
@@ -24,6 +27,9 @@ from aioesphomeapi.model import MediaPlayerCommand, MediaPlayerEntityFeature, Me
 from aioesphomeapi.model import MediaPlayerState as State
 from google.protobuf.message import Message
 
+from edge_agent.esphome.media import compressed_playable
+from edge_agent.esphome.player import HOME_ASSISTANT, TrackPlayer
+
 PLAYBACK_RATE = 22050
 """The rate the media player asks for (the local voice's): fewer resampling steps on the way."""
 VOLUME_STEP = 0.1
@@ -36,6 +42,8 @@ class Controls(Protocol):
     def set_volume(self, volume: float) -> None: ...
     def mic_muted(self) -> bool: ...
     def set_mic_muted(self, muted: bool) -> None: ...
+    def media_muted(self) -> bool: ...
+    def set_media_muted(self, muted: bool) -> None: ...
 
 
 def key(object_id: str) -> int:
@@ -58,18 +66,27 @@ class Entities:
         self._available = list(available_wake_words)
         self._set_wake_words = set_wake_words
         self._playing = False
+        """An announcement is being spoken."""
+        self.player: TrackPlayer | None = None
+        """Plays `play_media`'s tracks (set by the assistant)."""
         self.publish: Callable[[Message], None] = lambda message: None
         """Sends a state to every subscribed connection (set by the server)."""
 
     def descriptions(self) -> list[Message]:
-        formats = [pb.MediaPlayerSupportedFormat(format="wav", sample_rate=PLAYBACK_RATE, num_channels=1,
+        # Home Assistant's proxy converts media to the first DEFAULT format and announcements to the
+        # ANNOUNCEMENT one: FLAC (lossless, about half of WAV's bytes, so a track twice as long fits
+        # `media_max_bytes`) where libsndfile reads it, and WAV (decoded here alone) for what is said.
+        media = "flac" if compressed_playable() else "wav"
+        formats = [pb.MediaPlayerSupportedFormat(format=kind, sample_rate=PLAYBACK_RATE, num_channels=1,
                                                  purpose=purpose, sample_bytes=2)
-                   for purpose in (MediaPlayerFormatPurpose.DEFAULT, MediaPlayerFormatPurpose.ANNOUNCEMENT)]
-        features = (MediaPlayerEntityFeature.PLAY_MEDIA | MediaPlayerEntityFeature.VOLUME_SET
-                    | MediaPlayerEntityFeature.VOLUME_STEP | MediaPlayerEntityFeature.MEDIA_ANNOUNCE)
+                   for kind, purpose in ((media, MediaPlayerFormatPurpose.DEFAULT),
+                                         ("wav", MediaPlayerFormatPurpose.ANNOUNCEMENT))]
+        F = MediaPlayerEntityFeature  # noqa: N806
+        features = (F.PLAY_MEDIA | F.VOLUME_SET | F.VOLUME_STEP | F.VOLUME_MUTE | F.MEDIA_ANNOUNCE | F.PAUSE
+                    | F.PLAY | F.STOP)
         return [
             pb.ListEntitiesMediaPlayerResponse(object_id="media_player", key=MEDIA_PLAYER, name="Speaker",
-                                               supports_pause=False, supported_formats=formats,
+                                               supports_pause=True, supported_formats=formats,
                                                feature_flags=int(features)),
             pb.ListEntitiesSwitchResponse(object_id="mute", key=MUTE, name="Mute", icon="mdi:microphone-off",
                                           entity_category=1),
@@ -86,20 +103,35 @@ class Entities:
             self.publish(pb.SwitchStateResponse(key=MUTE, state=request.state))
 
     def media(self, request: pb.MediaPlayerCommandRequest) -> None:
-        """Volume commands; `play_media` is the assistant's (it needs the announcement queue)."""
+        """Volume, mute and the track's pause, resume and stop; `play_media` is the assistant's (it
+        fetches)."""
         if request.key != MEDIA_PLAYER:
             return
-        volume = self.controls.volume()
         if request.has_volume:
-            volume = request.volume
-        elif request.has_command and request.command == MediaPlayerCommand.VOLUME_UP:
-            volume += VOLUME_STEP
-        elif request.has_command and request.command == MediaPlayerCommand.VOLUME_DOWN:
-            volume -= VOLUME_STEP
-        else:
-            return
-        self.controls.set_volume(min(1.0, max(0.0, volume)))
+            self.controls.set_volume(min(1.0, max(0.0, request.volume)))
+        if request.has_command:
+            try:
+                command = MediaPlayerCommand(request.command)
+            except ValueError:  # a newer Home Assistant's command: nothing to do here
+                return
+            self._command(command)
         self.publish(self._media_state())
+
+    def _command(self, command: MediaPlayerCommand) -> None:
+        C, player = MediaPlayerCommand, self.player  # noqa: N806
+        if command in (C.VOLUME_UP, C.VOLUME_DOWN):
+            step = VOLUME_STEP if command == C.VOLUME_UP else -VOLUME_STEP
+            self.controls.set_volume(min(1.0, max(0.0, self.controls.volume() + step)))
+        elif command in (C.MUTE, C.UNMUTE):
+            self.controls.set_media_muted(command == C.MUTE)
+        elif player is None:
+            return
+        elif command == C.PAUSE or (command == C.TOGGLE and player.state == "playing"):
+            player.pause(HOME_ASSISTANT)
+        elif command in (C.PLAY, C.TOGGLE):
+            player.resume(HOME_ASSISTANT)
+        elif command == C.STOP:
+            player.stop()
 
     # -- wake words ---------------------------------------------------------------------------
 
@@ -130,6 +162,14 @@ class Entities:
             self.publish(self._media_state())
 
     def _media_state(self) -> pb.MediaPlayerStateResponse:
-        state = State.PLAYING if self._playing else State.IDLE
+        track = "idle" if self.player is None else self.player.state
+        if self._playing or track == "playing":
+            state = State.PLAYING
+        else:
+            state = State.PAUSED if track == "paused" else State.IDLE
         return pb.MediaPlayerStateResponse(key=MEDIA_PLAYER, state=state, volume=self.controls.volume(),
-                                           muted=False)
+                                           muted=self.controls.media_muted())
+
+    def media_changed(self) -> None:
+        """The track player's state changed (any thread)."""
+        self.publish(self._media_state())

@@ -1,10 +1,10 @@
 """Audio Home Assistant hands over as a URL (a TTS answer, an announcement, media to play).
 
-Fetched with a bound on bytes and on the whole transfer's time, then decoded. Only WAV
-is taken: the device's media player tells Home Assistant it plays WAV (`FORMATS`), so
-Home Assistant's TTS and its ffmpeg proxy convert to that and no compressed-audio
-decoder is needed on the device. Anything else is refused with a `MediaError` saying
-what came.
+Fetched with a bound on bytes and on the whole transfer's time, then decoded: WAV here,
+FLAC and MP3 through libsndfile (`soundfile`, whose wheels bundle it with libFLAC and
+mpg123). The media player asks Home Assistant's ffmpeg proxy for FLAC (`entities`), and
+a URL that bypasses the proxy may be any of the three; anything else is refused with a
+`MediaError` saying what came.
 
 What a fetch may cost is bounded before it is spent:
 
@@ -17,7 +17,14 @@ What a fetch may cost is bounded before it is spent:
   checked before a chunk is kept and before the samples are decoded (a declared
   Content-Length, the running total, then the decoded size), and admits a few fetches
   at a time; a WAV longer than the announcement limit is refused from its header,
-  before a sample is decoded.
+  before a sample is decoded, and so is a FLAC whose STREAMINFO states its length.
+- compressed audio: what it decodes to is what counts, not its size. It is decoded a
+  block at a time, each block counted in the budget before it is kept and the length
+  checked against `max_samples` and `max_seconds` as it grows, so a small file that
+  decodes to hours of silence (or one whose header lies about its length) is refused
+  once it passes the bound, never decoded whole first. A file libsndfile cannot read,
+  or one that yields no audio, is a `MediaError` naming the format and libsndfile's
+  reason.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.wav import WavHeader, decode, read_wav_header
 from edge_agent.errors import AudioError, EdgeError
@@ -51,10 +60,13 @@ SAMPLE_BYTES = 4
 """A decoded sample's size (mono float32)."""
 HEADER_BYTES = 1 << 20
 """A WAV's samples must start within this many bytes (other chunks before them included)."""
+DECODE_FRAMES = 16384
+"""Frames one compressed-audio read decodes (at 8 channels of float32, 512 KiB held for it)."""
 
 
 class MediaError(EdgeError):
-    """A URL that cannot be played: not http(s), too large, too slow, not WAV, or the device busy."""
+    """A URL that cannot be played: not http(s), too large, too slow, not audio we decode, or the
+    device busy."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +140,7 @@ class Reservation:
         self.kept = kept
         self.held = 0
         self._released = False
+        self._running = True
 
     def take(self, n: int, what: str) -> None:
         """Hold `n` more bytes, or `MediaError` saying that the device has no room for `what`."""
@@ -147,12 +160,20 @@ class Reservation:
         self.held -= n
         self.budget.give(n)
 
+    def keep(self) -> None:
+        """The fetch is over but its audio stays (a track the media player holds): its place is
+        free for another fetch, its bytes stay counted until `release`."""
+        if not self._released and self._running:
+            self._running = False
+            self.budget.give(0, ended=True, kept=self.kept)
+
     def release(self) -> None:
         """The fetch is over and its audio handed on: its bytes and its place are free again."""
         if not self._released:
             self._released = True
             held, self.held = self.held, 0
-            self.budget.give(held, ended=True, kept=self.kept)
+            self.budget.give(held, ended=self._running, kept=self.kept)
+            self._running = False
 
 
 class Transfer:
@@ -197,9 +218,9 @@ def max_samples(max_bytes: int) -> int:
     return max_bytes // 2
 
 
-def fetch_wav(url: str, *, max_bytes: int, timeout_s: float, max_seconds: float | None = None,
-              reservation: Reservation | None = None, transfer: Transfer | None = None) -> Fetched:
-    """The WAV at `url`, mixed down to mono (blocking: call it from a worker thread).
+def fetch_audio(url: str, *, max_bytes: int, timeout_s: float, max_seconds: float | None = None,
+                reservation: Reservation | None = None, transfer: Transfer | None = None) -> Fetched:
+    """The WAV, FLAC or MP3 at `url`, mixed down to mono (blocking: call it from a worker thread).
 
     `reservation` counts what the fetch holds against the device's `MediaBudget` (kept until
     the caller releases it: the samples returned are part of it); `transfer` lets another thread
@@ -213,8 +234,8 @@ def fetch_wav(url: str, *, max_bytes: int, timeout_s: float, max_seconds: float 
     judge = functools.partial(_early_check, name, max_seconds=max_seconds, max_samples=max_samples(max_bytes))
     body = _download(url, name, max_bytes=max_bytes, timeout_s=timeout_s, transfer=transfer or Transfer(),
                      counted=counted, judge=judge)
-    fetched = decode_wav(body, name, max_seconds=max_seconds, max_samples=max_samples(max_bytes),
-                         reservation=reservation, prepaid=counted.prepaid)
+    fetched = decode_audio(body, name, max_seconds=max_seconds, max_samples=max_samples(max_bytes),
+                           reservation=reservation, prepaid=counted.prepaid)
     del body
     counted.give_back()  # the body goes now; the samples stay counted until the caller releases them
     return fetched
@@ -228,7 +249,7 @@ class _Counted:
         self.name = name
         self.taken = 0
         self.prepaid = 0
-        """Bytes taken ahead for the samples (`prepay`), which `decode_wav` counts as its own."""
+        """Bytes taken ahead for the samples (`prepay`), which the decoder counts as its own."""
 
     def prepay(self, declared: int) -> None:
         """A declared body's samples, as 16-bit mono would decode (so that of two large fetches the
@@ -293,6 +314,31 @@ def _download(url: str, name: str, *, max_bytes: int, timeout_s: float, transfer
     return body
 
 
+def audio_kind(data: bytes | bytearray) -> str:
+    """What the first bytes say the audio is: WAV, FLAC, MP3, or "" (none of them)."""
+    head = bytes(data[:4])
+    if head == b"RIFF":
+        return "WAV"
+    if head == b"fLaC":
+        return "FLAC"
+    # An ID3v2 tag, or an MPEG audio frame's sync word (11 bits set: layers I-III, any version).
+    if head[:3] == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
+        return "MP3"
+    return ""
+
+
+def decode_audio(data: bytes | bytearray, name: str, *, max_seconds: float | None = None,
+                 max_samples: int | None = None, reservation: Reservation | None = None,
+                 prepaid: int = 0) -> Fetched:
+    """WAV, FLAC or MP3 bytes to mono samples within the bounds (see `decode_wav`)."""
+    kind = audio_kind(data)
+    if kind in ("FLAC", "MP3"):
+        return decode_compressed(data, name, kind, max_seconds=max_seconds, max_samples=max_samples,
+                                 reservation=reservation, prepaid=prepaid)
+    return decode_wav(data, name, max_seconds=max_seconds, max_samples=max_samples,
+                      reservation=reservation, prepaid=prepaid)
+
+
 def decode_wav(data: bytes | bytearray, name: str, *, max_seconds: float | None = None,
                max_samples: int | None = None, reservation: Reservation | None = None,
                prepaid: int = 0) -> Fetched:
@@ -302,7 +348,7 @@ def decode_wav(data: bytes | bytearray, name: str, *, max_seconds: float | None 
     header = _header(data, name)
     frame = header.channels * header.width
     frames = min(header.data_bytes, len(data) - header.data_offset) // frame
-    _check_length(header, frames, name, max_seconds, max_samples)
+    _check_length(header.rate, frames, name, max_seconds, max_samples)
     # The decoded mono samples, and while several channels are mixed down, each channel's.
     decoding = frames * SAMPLE_BYTES * (header.channels + (header.channels > 1))
     if reservation is not None:  # `prepaid` of it is held already
@@ -317,10 +363,150 @@ def decode_wav(data: bytes | bytearray, name: str, *, max_seconds: float | None 
     return Fetched(samples, header.rate)
 
 
-def _check_length(header: WavHeader, frames: int, name: str, max_seconds: float | None,
+def decode_compressed(data: bytes | bytearray, name: str, kind: str, *, max_seconds: float | None = None,
+                      max_samples: int | None = None, reservation: Reservation | None = None,
+                      prepaid: int = 0) -> Fetched:
+    """FLAC or MP3 bytes to mono samples, a block at a time: each block counted in `reservation`
+    (`prepaid` of it held already) and the length checked before it is kept."""
+    sf = _soundfile(name, kind)
+    blocks: list[Samples] = []
+    counted = _Decoded(reservation, name, prepaid)
+    frames = 0
+    try:
+        with sf.SoundFile(_View(data), mode="r") as audio:
+            # soundfile seeks to where it thinks a read ended after every read of a seekable file,
+            # and libsndfile's MP3 seek lands about a frame off (the audio jumps at every block):
+            # read straight on instead, as one whole-file read does.
+            audio.seekable = lambda: False
+            rate, channels = int(audio.samplerate), int(audio.channels)
+            if rate <= 0 or channels <= 0:
+                raise MediaError(f"{name}: {kind} states {rate} Hz and {channels} channels")
+            if kind == "FLAC":  # STREAMINFO's length, when stated (MP3's is only libsndfile's guess)
+                _judge_flac(data, name, max_seconds, max_samples)
+            while True:
+                block = audio.read(DECODE_FRAMES, dtype="float32", always_2d=True)
+                if len(block) == 0:
+                    break
+                frames += len(block)
+                _check_length(rate, frames, name, max_seconds, max_samples)
+                counted.take(len(block) * SAMPLE_BYTES)
+                blocks.append(block[:, 0].copy() if channels == 1 else block.mean(axis=1, dtype=np.float32))
+                del block
+    except MediaError:
+        counted.give_back()
+        raise
+    except (sf.LibsndfileError, RuntimeError, ValueError, EOFError) as exc:  # libsndfile's reading
+        counted.give_back()
+        reason = getattr(exc, "error_string", None) or str(exc)
+        raise MediaError(f"{name}: not playable {kind} (libsndfile: {reason})") from None
+    if frames == 0:
+        counted.give_back()
+        raise MediaError(f"{name}: {kind} with no audio in it")
+    samples = _gather(blocks, frames)
+    counted.settle()
+    return Fetched(samples, rate)
+
+
+class _Decoded:
+    """Decoded samples as counted in a reservation, drawing first on what was `prepaid`."""
+
+    def __init__(self, reservation: Reservation | None, name: str, prepaid: int) -> None:
+        self.reservation = reservation
+        self.name = name
+        self.credit = prepaid
+        self.taken = 0
+
+    def take(self, n: int) -> None:
+        if self.reservation is None:
+            return
+        from_credit = min(n, self.credit)
+        self.credit -= from_credit
+        self.reservation.take(n - from_credit, self.name)
+        self.taken += n
+
+    def settle(self) -> None:
+        """Decoding is over: the prepaid bytes it did not need go back."""
+        if self.reservation is not None:
+            self.reservation.give(self.credit)
+        self.credit = 0
+
+    def give_back(self) -> None:
+        """Refused: everything it held goes back (the blocks are dropped)."""
+        if self.reservation is not None:
+            self.reservation.give(self.taken + self.credit)
+        self.taken = self.credit = 0
+
+
+def _gather(blocks: list[Samples], frames: int) -> Samples:
+    """The blocks as one array, each block dropped once copied, so that what is held stays about
+    the decoded size (not twice it) while they are joined."""
+    if len(blocks) == 1:
+        return blocks[0]
+    out = np.empty(frames, dtype=np.float32)
+    at = 0
+    blocks.reverse()
+    while blocks:
+        block = blocks.pop()
+        out[at:at + len(block)] = block
+        at += len(block)
+    return out
+
+
+class _View(io.RawIOBase):
+    """A body's bytes as a file libsndfile reads through (without a copy of the whole body)."""
+
+    def __init__(self, data: bytes | bytearray) -> None:
+        self._data = memoryview(data)
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = max(0, min(len(view), len(self._data) - self._at))
+        view[:n] = self._data[self._at:self._at + n]
+        self._at += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: len(self._data)}[whence]
+        self._at = max(0, base + offset)
+        return self._at
+
+    def tell(self) -> int:
+        return self._at
+
+
+def _soundfile(name: str, kind: str) -> Any:
+    """The `soundfile` module, or `MediaError` saying how to get it (or a libsndfile with MP3)."""
+    try:
+        import soundfile
+    except (ImportError, OSError) as exc:  # not installed, or its libsndfile did not load
+        raise MediaError(f"{name}: {kind} needs the soundfile package with libsndfile ({exc}); "
+                         "pip install soundfile") from None
+    if kind == "MP3" and "MP3" not in soundfile.available_formats():
+        raise MediaError(f"{name}: this libsndfile ({soundfile.__libsndfile_version__}) reads no MP3; "
+                         "install soundfile's wheel (libsndfile 1.1 or later bundled)")
+    return soundfile
+
+
+def compressed_playable() -> bool:
+    """FLAC can be decoded here (what the media player asks Home Assistant for)."""
+    try:
+        import soundfile
+    except (ImportError, OSError):
+        return False
+    return "FLAC" in soundfile.available_formats()
+
+
+def _check_length(rate: int, frames: int, name: str, max_seconds: float | None,
                   max_samples: int | None) -> None:
-    if max_seconds is not None and frames / header.rate > max_seconds:
-        raise MediaError(f"{name}: the audio is {frames / header.rate:.1f} s long, the limit is "
+    if max_seconds is not None and frames / rate > max_seconds:
+        raise MediaError(f"{name}: the audio is {frames / rate:.1f} s long, the limit is "
                          f"{max_seconds:g} s (announcements.max_audio_s)")
     if max_samples is not None and frames > max_samples:
         raise MediaError(f"{name}: {frames} samples, more than the {max_samples} that media_max_bytes "
@@ -333,6 +519,11 @@ def _early_check(name: str, declared: int | None, max_seconds: float | None,
     size the header states, cut to the declared Content-Length) show audio too long; True once it
     has judged, False while the header is not all there or states no size (a stream)."""
     def judge(body: bytearray) -> bool:
+        kind = audio_kind(body)
+        if kind == "FLAC":
+            return _judge_flac(body, name, max_seconds, max_samples)
+        if kind == "MP3" or (kind == "" and len(body) >= 4):
+            return True  # MP3 states no length it must keep: judged as it decodes
         try:
             header = read_wav_header(io.BytesIO(bytes(body[:HEADER_BYTES])), name, len(body))
         except AudioError:
@@ -344,9 +535,22 @@ def _early_check(name: str, declared: int | None, max_seconds: float | None,
             size = declared - header.data_offset
         elif declared is not None:
             size = min(size, declared - header.data_offset)
-        _check_length(header, size // (header.channels * header.width), name, max_seconds, max_samples)
+        _check_length(header.rate, size // (header.channels * header.width), name, max_seconds, max_samples)
         return True
     return judge
+
+
+def _judge_flac(body: bytes | bytearray, name: str, max_seconds: float | None,
+                max_samples: int | None) -> bool:
+    """A FLAC's STREAMINFO (the first metadata block, 34 bytes after `fLaC` and its 4-byte block
+    header): its rate and total samples, when stated (0: unknown, judged as it decodes)."""
+    if len(body) < 8 + 18:
+        return False
+    info = int.from_bytes(body[8 + 10:8 + 18], "big")  # rate 20 bits, channels 3, depth 5, samples 36
+    rate, total = info >> 44, info & ((1 << 36) - 1)
+    if rate > 0 and total > 0:
+        _check_length(rate, total, name, max_seconds, max_samples)
+    return True
 
 
 def _header(data: bytes | bytearray, name: str) -> WavHeader:
@@ -354,10 +558,9 @@ def _header(data: bytes | bytearray, name: str) -> WavHeader:
     try:
         return read_wav_header(io.BytesIO(data[:HEADER_BYTES]), name, len(data))
     except AudioError as exc:
-        kind = data[:4]
-        if kind[:3] == b"ID3" or kind[:2] in (b"\xff\xfb", b"\xff\xf3") or kind == b"fLaC":
-            raise MediaError(f"{name}: compressed audio ({'FLAC' if kind == b'fLaC' else 'MP3'}); "
-                             "this device plays WAV only") from None
+        if audio_kind(data) == "":
+            head = bytes(data[:8])
+            raise MediaError(f"{name}: not WAV, FLAC or MP3 (it starts with {head!r})") from None
         raise MediaError(str(exc)) from None
 
 

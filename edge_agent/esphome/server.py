@@ -233,7 +233,8 @@ class ApiConnection:
             server.entities.switch(message)
         elif isinstance(message, pb.MediaPlayerCommandRequest):
             if message.has_media_url and message.media_url:
-                assistant.play_media(self, message.media_url)
+                assistant.play_media(self, message.media_url,
+                                     announcement=message.has_announcement and message.announcement)
             else:
                 server.entities.media(message)
         else:

@@ -56,6 +56,8 @@ class EsphomeService:
 
     async def start(self) -> None:
         await self.server.start()
+        if self.assistant.player is not None:
+            self.assistant.player.start()
         if not self.settings.zeroconf:
             return
         props = {"mac": self.mac.replace(":", ""), "version": ESPHOME_VERSION, "platform": "HOST",

@@ -41,7 +41,9 @@ class EsphomeSettings:
     max_buffered_bytes: int = 1048576
     """Outgoing bytes a connection may leave unread before it is closed."""
     media_max_bytes: int = 16777216
-    """Largest audio fetched from a URL Home Assistant sends (a TTS answer, an announcement)."""
+    """Largest audio fetched from a URL Home Assistant sends (a TTS answer, an announcement, a track for
+    the media player); what it decodes to is bounded as this many bytes of 16-bit mono (FLAC and MP3
+    included)."""
     media_timeout_s: float = 20.0
     """Longest time to fetch one such URL, the whole transfer."""
 

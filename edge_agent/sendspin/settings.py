@@ -26,10 +26,10 @@ class SendspinSettings:
     """Advertise `_sendspin._tcp.local.` so Music Assistant finds the player."""
     duck_level: float = 0.2
     """Music gain (0..1, on top of the volume) while an announcement, a timer chime or an answer
-    is spoken; 0.2 is about -14 dB."""
+    is spoken; 0.2 is about -14 dB. Also the ESPHome media player's, even with Sendspin off."""
     pause_on_wake: bool = True
     """A wake word silences the music here until the turn ends (the group plays on; the music
-    comes back in sync)."""
+    comes back in sync; the ESPHome media player's track waits and goes on where it was)."""
     output_delay_ms: float = 0.0
     """How much later than written the output plays (sound card and player buffers): the player
     writes that much earlier so the room hears it in sync with the group; measure it per device."""

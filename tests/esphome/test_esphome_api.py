@@ -19,6 +19,7 @@ import numpy as np
 from aioesphomeapi import (
     APIClient,
     MediaPlayerEntityState,
+    MediaPlayerFormatPurpose,
     MediaPlayerInfo,
     MediaPlayerState,
     SwitchInfo,
@@ -50,7 +51,11 @@ def test_home_assistants_client_sees_a_voice_assistant_with_a_media_player_and_a
             assert VoiceAssistantFeature.ANNOUNCE in flags and VoiceAssistantFeature.TIMERS in flags
             player, switch = await _entities(client)
             assert player.key == MEDIA_PLAYER and switch.key == MUTE
-            assert {f.format for f in player.supported_formats} == {"wav"}  # so Home Assistant sends WAV
+            # Home Assistant's proxy sends media as FLAC and announcements as WAV.
+            formats = {(f.purpose, f.format) for f in player.supported_formats}
+            assert formats == {(MediaPlayerFormatPurpose.DEFAULT, "flac"),
+                               (MediaPlayerFormatPurpose.ANNOUNCEMENT, "wav")}
+            assert player.supports_pause
             config = await client.get_voice_assistant_configuration(5)
             assert config.active_wake_words == ["okay_nabu"]
             assert {w.id for w in config.available_wake_words} >= {"okay_nabu", "hey_jarvis"}
@@ -71,7 +76,7 @@ def test_an_announcement_is_fetched_played_and_answered_finished(device, media, 
     assert len(played) == 1
 
 
-def test_audio_that_is_not_wav_or_not_reachable_is_refused_at_once_with_an_unsuccessful_finish(
+def test_audio_that_cannot_be_decoded_or_reached_is_refused_at_once_with_an_unsuccessful_finish(
         device, media, caplog):
     (media.root / "answer.mp3").write_bytes(b"ID3\x04" + bytes(2000))
 
@@ -84,7 +89,7 @@ def test_audio_that_is_not_wav_or_not_reachable_is_refused_at_once_with_an_unsuc
     with caplog.at_level(logging.WARNING):
         asyncio.run(scenario())
     text = caplog.text
-    assert "compressed audio (MP3)" in text and "404" in text and "only http(s)" in text
+    assert "not playable MP3 (libsndfile: " in text and "404" in text and "only http(s)" in text
 
 
 def test_volume_and_mute_set_in_home_assistant_reach_the_device_and_come_back_as_states(device):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,33 +12,19 @@ from tests.sendspin.sendspin_skip import require_sendspin
 
 require_sendspin()
 
-from edge_agent.announce.playout import DirOpener  # noqa: E402
-from edge_agent.audio.sinks import WavSink  # noqa: E402
 from edge_agent.daemon import Daemon, SettingsSource  # noqa: E402
 from edge_agent.sendspin.player import SendspinPlayer  # noqa: E402
-from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, wait_until  # noqa: E402
+from tests.mqtt_support import (  # noqa: E402
+    PacedOpener,
+    Producer,
+    ToneSynth,
+    Watcher,
+    device_config,
+    wait_until,
+)
 from tests.sendspin.sendspin_support import Heard, MusicServer, rms_at, tone, until  # noqa: E402
 
 FULL = 0.5 / 2 ** 0.5
-
-
-class PacedSink(WavSink):
-    """An announcement's WAV written at the pace a sound card takes it (its writes block), so the
-    announcement lasts as long as its audio, as it does on a loudspeaker."""
-
-    def __init__(self, path: Path, sample_rate: int) -> None:
-        super().__init__(path, sample_rate)
-        self._t0 = time.monotonic()
-
-    def write(self, samples: Any) -> None:
-        super().write(samples)
-        time.sleep(max(0.0, self._t0 + self.frames / self.sample_rate - time.monotonic()))
-
-
-class PacedOpener(DirOpener):
-    def open(self, ann: Any, sample_rate: int) -> WavSink:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        return PacedSink(self.out_dir / f"{ann.id}.wav", sample_rate)
 
 
 def start_daemon(tmp_path: Path, broker: Any) -> tuple[Daemon, threading.Thread]:

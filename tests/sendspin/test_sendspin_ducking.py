@@ -28,7 +28,7 @@ def test_an_announcement_ducks_the_music_to_the_set_level_and_restores_it(tmp_pa
     async def scenario():
         player = make_player(tmp_path, "kitchen", duck_level=0.2)
         cues = MusicCues()
-        cues.player = player
+        cues.players.append(player)
         await player.start()
         music = MusicServer()
         try:
@@ -65,7 +65,7 @@ def test_a_wake_word_pauses_the_music_until_the_turn_ends_and_it_returns_in_sync
     async def scenario():
         player = make_player(tmp_path, "kitchen")
         cues = MusicCues(pause_on_wake=True)
-        cues.player = player
+        cues.players.append(player)
         await player.start()
         music = MusicServer()
         try:
