@@ -151,7 +151,8 @@ class WavFileSource:
     live = False
     sample_rate = TARGET_RATE
 
-    def __init__(self, path: Path, block_s: float = 0.5, *, mic_geometry: str | None = None) -> None:
+    def __init__(self, path: Path, block_s: float = 0.5, *, mic_geometry: str | None = None,
+                 beamformer: str = "superdirective") -> None:
         self.path = path
         self._fh, header = open_wav(path)
         self.frames = header.frames
@@ -163,7 +164,7 @@ class WavFileSource:
         self.rate, self.channels = header.rate, header.channels
         self.duration_s = self.frames / self.rate
         self._block_bytes = max(1, round(block_s * self.rate)) * frame
-        self.mixer = make_mixer(mic_geometry, self.channels, self.rate)
+        self.mixer = make_mixer(mic_geometry, self.channels, self.rate, beamformer)
         self._convert = PcmConverter(self.rate, self.channels, header.width, str(path), header.encoding,
                                      mixer=self.mixer)
         self._closed = False
@@ -265,7 +266,7 @@ class PipeSource:
 
     def __init__(self, where: str, rate: int = TARGET_RATE, channels: int = 1, width: int = 2, *,
                  block_s: float = 0.03, name: str = "audio.input_pipe",
-                 mic_geometry: str | None = None) -> None:
+                 mic_geometry: str | None = None, beamformer: str = "superdirective") -> None:
         check_format(rate, channels, width, name)
         self.name = f"{name} ({where})"
         self._closed = threading.Event()
@@ -273,7 +274,7 @@ class PipeSource:
         self._reading = False
         self._frame = channels * width
         self._block_bytes = max(1, round(block_s * rate)) * self._frame
-        self.mixer = make_mixer(mic_geometry, channels, rate)
+        self.mixer = make_mixer(mic_geometry, channels, rate, beamformer)
         self._convert = PcmConverter(rate, channels, width, self.name, mixer=self.mixer)
         self._pipe: HeldPipe | None = HeldPipe.take(where, self.name)
 
@@ -474,9 +475,9 @@ class CommandSource:
     def __init__(self, command: str, rate: int = TARGET_RATE, channels: int = 1, width: int = 2, *,
                  block_s: float = 0.03, restart_s: tuple[float, float] = RESTART_S,
                  stall_s: float = STALL_S, name: str = "audio.input_command",
-                 mic_geometry: str | None = None) -> None:
+                 mic_geometry: str | None = None, beamformer: str = "superdirective") -> None:
         check_format(rate, channels, width, name)
-        self.mixer = make_mixer(mic_geometry, channels, rate)
+        self.mixer = make_mixer(mic_geometry, channels, rate, beamformer)
         """One beamformer for every run: it keeps its steering across a restart."""
         self.name = name
         self.argv = split_command(command, name)
@@ -579,13 +580,13 @@ class CommandSource:
 def open_source(audio: AudioSettings) -> AudioSource:
     """The configured input: `input_command`, `input_pipe`, `input_file`, else the microphone."""
     fmt = (audio.input_rate, audio.input_channels, audio.input_width)
-    geometry = audio.mic_geometry
+    geometry, method = audio.mic_geometry, audio.beamformer
     if audio.input_command:
-        return CommandSource(audio.input_command, *fmt, mic_geometry=geometry)
+        return CommandSource(audio.input_command, *fmt, mic_geometry=geometry, beamformer=method)
     if audio.input_pipe:
-        return PipeSource(audio.input_pipe, *fmt, mic_geometry=geometry)
+        return PipeSource(audio.input_pipe, *fmt, mic_geometry=geometry, beamformer=method)
     if audio.input_file is not None:
-        return WavFileSource(audio.input_file, mic_geometry=geometry)
+        return WavFileSource(audio.input_file, mic_geometry=geometry, beamformer=method)
     return SoundDeviceSource(audio.input_device)
 
 

@@ -7,7 +7,8 @@ DIR are the babble: other people saying the same words). The room is `bench hear
 (pyroomacoustics, 5 x 4 x 2.7 m, RT60 0.45 s by Sabine, the device by a wall, talkers 1-3 m away,
 the noise 2-4 m), now with three microphone arrays at the device's place: one microphone, the
 ReSpeaker 2-Mic HAT (`respeaker_2mic`) and the 4-Mic HAT (`respeaker_4mic`), every source's
-impulse computed to each microphone.
+impulse computed to each microphone; each board heard averaged (no geometry), by delay-and-sum
+and by the superdirective beamformer.
 
 Conditions, after `bench hear --room` and the figures of real people in issue 35: dry (the
 recording itself, one microphone); the room with a quiet fan at 30 dB SNR; a fan at 10 dB; three
@@ -51,8 +52,18 @@ log = logging.getLogger(__name__)
 
 RT60 = 0.45
 LEAD_S, TAIL_S = 2.0, 1.5
-ARRAYS: dict[int, str | None] = {1: None, 2: "respeaker_2mic", 4: "respeaker_4mic"}
-"""Microphones -> `audio.mic_geometry` (one microphone: the array's centre)."""
+BOARDS: dict[int, str | None] = {1: None, 2: "respeaker_2mic", 4: "respeaker_4mic"}
+"""Microphones -> the board's geometry (one microphone: the boards' centre)."""
+ARRAYS: dict[str, tuple[int, str | None, str]] = {
+    "1 mic": (1, None, "superdirective"),
+    "2 mic averaged": (2, None, "superdirective"),
+    "2 mic delay-sum": (2, "respeaker_2mic", "delay_sum"),
+    "2 mic superdirective": (2, "respeaker_2mic", "superdirective"),
+    "4 mic averaged": (4, None, "superdirective"),
+    "4 mic delay-sum": (4, "respeaker_4mic", "delay_sum"),
+    "4 mic superdirective": (4, "respeaker_4mic", "superdirective"),
+}
+"""How each array is heard: microphones, `audio.mic_geometry` (None: averaged), `audio.beamformer`."""
 CONDITIONS: dict[str, tuple[str | None, float | None]] = {
     "dry": (None, None),
     "room (fan 30 dB)": ("fan", 30.0),
@@ -117,7 +128,7 @@ class ArrayRoom:
         # The arrays lie flat at the device's place, rotated so no microphone is closer to the wall.
         self.mics: dict[int, list[int]] = {}
         points: list[list[float]] = []
-        for count, geometry in ARRAYS.items():
+        for count, geometry in BOARDS.items():
             offsets = PRESETS[geometry] if geometry else ((0.0, 0.0),)
             self.mics[count] = list(range(len(points), len(points) + len(offsets)))
             points += [[MIC_M[0] + 0.05 + y, MIC_M[1] + x, MIC_M[2]] for x, y in offsets]
@@ -209,9 +220,10 @@ def run_real(ctx: Context, args: argparse.Namespace) -> int:
     clips, pool = load_dir(args.real)
     if args.limit:
         clips = clips[:args.limit]
-    counts = [int(c) for c in str(args.mics).split(",")]
-    if any(c not in ARRAYS for c in counts):
+    counts = [int(c) for c in str(args.mics).split(",") if c.strip().isdigit()]
+    if not counts or any(c not in BOARDS for c in counts):
         raise UsageError(f"--mics {args.mics}: each of 1, 2, 4")
+    arrays = {k: v for k, v in ARRAYS.items() if v[0] in counts}
     settings = ctx.settings
     engine = WakeEngine.load(WakeSettings(models=(args.model,)))
     room = ArrayRoom(rng, talkers=4, noises=1)
@@ -219,19 +231,19 @@ def run_real(ctx: Context, args: argparse.Namespace) -> int:
         "subject": "hear", "mode": "real", "machine": machine(), "dir": str(args.real),
         "clips": len(clips), "babble_clips": len(pool), "model": args.model,
         "room": {"rt60_sabine_s": RT60, "talker_m": room.talker_m, "noise_m": room.noise_m},
-        "conditions": list(CONDITIONS), "front_ends": list(FRONT_ENDS),
+        "conditions": list(CONDITIONS), "front_ends": list(FRONT_ENDS), "arrays": list(arrays),
         "detected": {}, "cpu_percent": {}, "problems": [],
     }
     cpu: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
         wav = Path(tmp) / "scene.wav"
         for cond in CONDITIONS:
-            for count in counts if cond != "dry" else [1]:
+            for key, (count, geometry, method) in arrays.items() if cond != "dry" else [
+                    ("1 mic", ARRAYS["1 mic"])]:
                 for fe, changes in FRONT_ENDS.items():
-                    key = f"{count} mic"
                     s = replace(settings, audio=replace(settings.audio, input_channels=count,
-                                                        mic_geometry=ARRAYS[count], echo_cancel=False,
-                                                        **changes))
+                                                        mic_geometry=geometry, beamformer=method,
+                                                        echo_cancel=False, **changes))
                     found = 0
                     for i, (_, clip) in enumerate(clips):
                         scene_rng = np.random.default_rng([args.seed, list(CONDITIONS).index(cond), i])
@@ -259,7 +271,7 @@ def report_lines(result: dict[str, Any]) -> list[str]:
              "detected, front end off / webrtc / speex:"]
     for cond, arrays in result["detected"].items():
         for key, row in arrays.items():
-            lines.append(f"  {cond:22s} {key:6s} " + " / ".join(f"{row[f]}" for f in FRONT_ENDS))
+            lines.append(f"  {cond:22s} {key:22s} " + " / ".join(f"{row[f]}" for f in FRONT_ENDS))
     lines.append("hear path CPU (% of a core, three talkers): "
                  + ", ".join(f"{k} {v}" for k, v in result["cpu_percent"].items()))
     for problem in result["problems"]:
