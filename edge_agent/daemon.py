@@ -30,6 +30,7 @@ from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, pla
 from edge_agent.asr.manifest import EXPORT_HINT
 from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.atomic import AppendFile
+from edge_agent.audio.beamform import Beamformer
 from edge_agent.audio.command import stop_all as stop_commands
 from edge_agent.audio.frontend import FrontEndSource
 from edge_agent.audio.reference import PlaybackReference, ReferenceSink
@@ -554,6 +555,12 @@ class Daemon:
             self.listener = None
             self.listening = {"mode": mode, "state": "muted"}
             return
+        mixer = getattr(source, "mixer", None)
+        if isinstance(mixer, Beamformer):
+            hearing = self.listener
+            mixer.on_problem = lambda problem: self._input_channels(hearing, problem)
+            if mixer.problem:
+                self.listening["channels"] = mixer.problem
         self.listener.start(self.turns.on_event, on_error=on_error,
                             on_end=lambda: log.info("listener ended (its source closed)"))
         log.info("listening", extra={"mode": mode})
@@ -565,6 +572,17 @@ class Daemon:
             return  # muted or stopped since
         state = {k: v for k, v in self.listening.items() if k != "error"}
         state.update({"state": "unavailable", "error": problem} if problem else {"state": "listening"})
+        self.listening = state
+        self._publish(self._status_message("online"))
+
+    def _input_channels(self, listener: HearingLoop, problem: str | None) -> None:
+        """The beamformer fell back to one channel (a dead one, a count the geometry lacks), or
+        hears them all again: `channels` on the status; the device still listens."""
+        if self.listener is not listener:
+            return
+        state = {k: v for k, v in self.listening.items() if k != "channels"}
+        if problem:
+            state["channels"] = problem
         self.listening = state
         self._publish(self._status_message("online"))
 

@@ -2,7 +2,8 @@
 
 Every source yields blocks of mono float32 samples at `TARGET_RATE` (16 kHz, what
 the VAD and Whisper expect), whatever the rate and channel count it reads:
-channels are averaged, rates converted with soxr. Bad input is an `AudioError`
+channels are averaged, or steered by the beamformer where
+`audio.mic_geometry` says where the microphones are; rates converted with soxr. Bad input is an `AudioError`
 raised when the source is opened whenever the header already shows it (not a WAV,
 implausible rate, truncated), so nothing has been processed before it fails.
 """
@@ -22,6 +23,7 @@ from typing import Any, BinaryIO, ClassVar, Protocol
 
 import numpy as np
 
+from edge_agent.audio.beamform import Mixer, make_mixer
 from edge_agent.audio.command import AudioProcess, CommandNotStarted, split_command
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.pace import Pace
@@ -78,8 +80,10 @@ class PcmConverter:
     arbitrary pieces)."""
 
     def __init__(self, rate: int, channels: int, width: int, name: str, encoding: str = "pcm", *,
-                 target_rate: int = TARGET_RATE) -> None:
+                 target_rate: int = TARGET_RATE, mixer: Mixer | None = None) -> None:
         self.rate, self.channels, self.width, self.encoding = rate, channels, width, encoding
+        self.mixer = mixer
+        """Mixes the channels to mono (the beamformer); None averages them."""
         self._name = Path(name)
         self._resampler = StreamResampler(rate, target_rate)
         self._carry = b""
@@ -97,11 +101,15 @@ class PcmConverter:
         if not usable:
             return _EMPTY
         self.frames_in += usable // frame
+        if self.mixer is not None:
+            interleaved = decode(data[:usable], self.encoding, self.width, 1, self._name)
+            return self._resampler.push(self.mixer.process(interleaved.reshape(-1, self.channels)))
         mono = decode(data[:usable], self.encoding, self.width, self.channels, self._name)
         return self._resampler.push(mono)
 
     def finish(self) -> Samples:
-        return self._resampler.push(_EMPTY, last=True)
+        tail = self.mixer.flush() if self.mixer is not None else _EMPTY
+        return self._resampler.push(tail, last=True)
 
     def drop_partial(self) -> None:
         """Forget the bytes of an incomplete frame: the writer that sent them has gone, and the
@@ -183,7 +191,8 @@ class WavFileSource:
     live = False
     sample_rate = TARGET_RATE
 
-    def __init__(self, path: Path, block_s: float = 0.5) -> None:
+    def __init__(self, path: Path, block_s: float = 0.5, *, mic_geometry: str | None = None,
+                 beamformer: str = "superdirective") -> None:
         self.path = path
         self._fh, header = open_wav(path)
         self.frames = header.frames
@@ -195,7 +204,9 @@ class WavFileSource:
         self.rate, self.channels = header.rate, header.channels
         self.duration_s = self.frames / self.rate
         self._block_bytes = max(1, round(block_s * self.rate)) * frame
-        self._convert = PcmConverter(self.rate, self.channels, header.width, str(path), header.encoding)
+        self.mixer = make_mixer(mic_geometry, self.channels, self.rate, beamformer)
+        self._convert = PcmConverter(self.rate, self.channels, header.width, str(path), header.encoding,
+                                     mixer=self.mixer)
         self._closed = False
 
     def blocks(self) -> Iterator[Samples]:
@@ -306,7 +317,8 @@ class PipeSource:
     sample_rate = TARGET_RATE
 
     def __init__(self, where: str, rate: int = TARGET_RATE, channels: int = 1, width: int = 2, *,
-                 block_s: float = 0.03, name: str = "audio.input_pipe") -> None:
+                 block_s: float = 0.03, name: str = "audio.input_pipe",
+                 mic_geometry: str | None = None, beamformer: str = "superdirective") -> None:
         check_format(rate, channels, width, name)
         self.name = f"{name} ({where})"
         self._closed = threading.Event()
@@ -314,7 +326,8 @@ class PipeSource:
         self._reading = False
         self._frame = channels * width
         self._block_bytes = max(1, round(block_s * rate)) * self._frame
-        self._convert = PcmConverter(rate, channels, width, self.name)
+        self.mixer = make_mixer(mic_geometry, channels, rate, beamformer)
+        self._convert = PcmConverter(rate, channels, width, self.name, mixer=self.mixer)
         self._check = PcmCheck(rate * self._frame, width, channels)
         self._verdict, self._verdicts, self._troubled = "ok", 0, False
         self.on_trouble: Callable[[str | None], None] | None = None
@@ -588,8 +601,11 @@ class CommandSource:
 
     def __init__(self, command: str, rate: int = TARGET_RATE, channels: int = 1, width: int = 2, *,
                  block_s: float = 0.03, restart_s: tuple[float, float] = RESTART_S,
-                 stall_s: float = STALL_S, name: str = "audio.input_command") -> None:
+                 stall_s: float = STALL_S, name: str = "audio.input_command",
+                 mic_geometry: str | None = None, beamformer: str = "superdirective") -> None:
         check_format(rate, channels, width, name)
+        self.mixer = make_mixer(mic_geometry, channels, rate, beamformer)
+        """One beamformer for every run: it keeps its steering across a restart."""
         self.name = name
         self.argv = split_command(command, name)
         self.format = (rate, channels, width)
@@ -661,7 +677,8 @@ class CommandSource:
     def _run(self, proc: AudioProcess) -> Iterator[Samples]:
         """Its audio until it closes its output (or the source is closed)."""
         rate, channels, width = self.format
-        convert = PcmConverter(rate, channels, width, self.name)  # a dead run's partial frame goes with it
+        convert = PcmConverter(rate, channels, width, self.name,  # a dead run's partial frame goes with it
+                               mixer=self.mixer)
         fd_read = _fd_reader(proc.stdout_fd, self._block_bytes, self._closed.is_set, self.stall_s)
         check = PcmCheck(self._bytes_per_s, width, channels)
 
@@ -710,12 +727,13 @@ class CommandSource:
 def open_source(audio: AudioSettings) -> AudioSource:
     """The configured input: `input_command`, `input_pipe`, `input_file`, else the microphone."""
     fmt = (audio.input_rate, audio.input_channels, audio.input_width)
+    geometry, method = audio.mic_geometry, audio.beamformer
     if audio.input_command:
-        return CommandSource(audio.input_command, *fmt)
+        return CommandSource(audio.input_command, *fmt, mic_geometry=geometry, beamformer=method)
     if audio.input_pipe:
-        return PipeSource(audio.input_pipe, *fmt)
+        return PipeSource(audio.input_pipe, *fmt, mic_geometry=geometry, beamformer=method)
     if audio.input_file is not None:
-        return WavFileSource(audio.input_file)
+        return WavFileSource(audio.input_file, mic_geometry=geometry, beamformer=method)
     return SoundDeviceSource(audio.input_device)
 
 

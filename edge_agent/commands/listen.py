@@ -6,9 +6,11 @@ import argparse
 import json
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from edge_agent.audio.sources import AudioSource, WavFileSource, open_pcm_stdin
+from edge_agent.audio.settings import AudioSettings
+from edge_agent.audio.sources import AudioSource, WavFileSource, open_pcm_stdin, open_source
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
 from edge_agent.listen import Event, Heard, TurnEnded, Woke, build_hearing
@@ -33,17 +35,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     p.add_argument("--rate", type=int, default=16000,
                    help="sample rate of raw PCM on stdin (Hz; default 16000: say so for other rates)")
     p.add_argument("--channels", type=int, default=1, help="channels of raw PCM on stdin (default 1)")
+    p.add_argument("--front-end", action="store_true",
+                   help="hear the WAV file as the device hears its microphones: its channels through "
+                        "the beamformer (audio.mic_geometry; else averaged), then the gain and the "
+                        "suppressor (audio.*), built by the same code as the configured input")
     p.set_defaults(handler=run)
 
 
-def open_input(args: argparse.Namespace) -> AudioSource | None:
+def open_input(args: argparse.Namespace, audio: AudioSettings | None = None) -> AudioSource | None:
+    """`--input`, or None for the configured input; with `--front-end`, the file opened as the
+    configured input is (`open_source`), so its channels meet the device's beamformer."""
     if args.input is None:
         return None
     if args.input == "-":
+        if getattr(args, "front_end", False):
+            raise UsageError("--front-end hears a WAV file; for raw PCM on stdin set "
+                             "audio.input_pipe '-' (the device's own input path)")
         return open_pcm_stdin(args.rate, args.channels)
     path = Path(args.input)
     if path.is_dir():
         raise UsageError(f"{path}: is a directory")
+    if getattr(args, "front_end", False) and audio is not None:
+        return open_source(replace(audio, input_file=path, input_pipe=None, input_command=None))
     return WavFileSource(path)
 
 
@@ -80,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     settings = ctx.settings
     if settings.listen.mode == "off":
         raise UsageError("listen.mode is off (use --mode wake or --mode always)")
-    source = open_input(args)  # bad input fails here, before any model is loaded
+    source = open_input(args, settings.audio)  # bad input fails here, before any model is loaded
     try:
         loop = build_hearing(settings, ctx.store, source)
     except BaseException:

@@ -72,9 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a Whisper export: also WER of the clips in noise, off vs the chosen suppressor")
     parser.add_argument("--no-room", action="store_true", help="a synthetic impulse, not pyroomacoustics")
     parser.add_argument("--seed", type=int, default=11)
+    from benchmarks.realroom import add_real_arguments
     from benchmarks.room import add_room_arguments
 
     add_room_arguments(parser)
+    add_real_arguments(parser)
 
 
 # -- processors under test ---------------------------------------------------------------
@@ -488,6 +490,10 @@ def idle_cost(seconds: float = 10.0) -> dict[str, float]:
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
+    if args.real is not None:
+        from benchmarks.realroom import run_real
+
+        return run_real(ctx, args)
     if args.room:
         from benchmarks.room import run_room
 

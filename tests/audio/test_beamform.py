@@ -1,0 +1,265 @@
+"""The beamformer (`audio.mic_geometry`): steering on real speech in a simulated room, bad boards."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.clips import load_16k, piper_clip
+from edge_agent.audio.beamform import FRAME, HOP, PRESETS, Beamformer, parse_geometry
+from edge_agent.audio.settings import AudioSettings
+from edge_agent.audio.sources import PipeSource, WavFileSource, release_pipes
+from tests.speech_fixtures import run_cli, silence, write_wav
+
+RATE = 16000
+LATENCY = FRAME - HOP
+TALKER = "Okay Nabu, turn on the kitchen lights."
+BABBLE = ("What is the weather like tomorrow?", "Set a timer for ten minutes.",
+          "Play some music in the living room.")
+
+
+@pytest.fixture(scope="module")
+def voices(clip_cache: Path, piper_voice) -> dict[str, np.ndarray]:
+    """Our Piper voice (synthetic speech: no licensed real recordings are available here)."""
+    return {text: load_16k(piper_clip(text, clip_cache, piper_voice)) for text in (TALKER, *BABBLE)}
+
+
+def noise_burst(seconds: float, seed: int = 1) -> np.ndarray:
+    """A quiet quarter second (the floor), then a broadband sound 60 dB louder (what steers)."""
+    x = np.random.default_rng(seed).standard_normal(int(seconds * RATE)) * 0.1
+    x[:RATE // 4] *= 1e-3
+    return x.astype(np.float32)
+
+
+def delayed(x: np.ndarray, d: int) -> np.ndarray:
+    return np.concatenate([np.zeros(d, dtype=np.float32), x[:x.size - d]])
+
+
+def corr(a: np.ndarray, b: np.ndarray) -> float:
+    n = min(a.size, b.size)
+    return float(np.corrcoef(a[:n], b[:n])[0, 1])
+
+
+def tbr_db(t: np.ndarray, b: np.ndarray) -> float:
+    return float(10 * np.log10(np.sum(t.astype(np.float64) ** 2) / np.sum(b.astype(np.float64) ** 2)))
+
+
+def test_presets_and_positions_parse_and_bad_geometry_is_refused():
+    assert parse_geometry("respeaker_2mic") == PRESETS["respeaker_2mic"]
+    assert parse_geometry("-0.03,0 0.03,0") == ((-0.03, 0.0), (0.03, 0.0))
+    with pytest.raises(ValueError, match="beamformer"):
+        AudioSettings(mic_geometry="respeaker_2mic", beamformer="mvdr")
+    for bad in ("nonsense", "0,0", "0,0 1", "0,0 5,0", "nan,0 0,0"):
+        with pytest.raises(ValueError, match="mic_geometry"):
+            AudioSettings(mic_geometry=bad)
+
+
+@pytest.mark.parametrize(("preset", "method", "least_db"), [
+    # Measured: delay-and-sum +0.3 dB (2 mics) and +0.6 dB (4); superdirective +2.5 and +4.3 dB.
+    ("respeaker_2mic", "delay_sum", 0.1), ("respeaker_4mic", "delay_sum", 0.1),
+    ("respeaker_2mic", "superdirective", 1.5), ("respeaker_4mic", "superdirective", 2.5)])
+def test_steered_at_a_talker_it_raises_the_talker_to_babble_ratio_in_a_simulated_room(
+        voices, preset, method, least_db):
+    pra = pytest.importorskip("pyroomacoustics")
+    talker = np.concatenate([silence(0.5), voices[TALKER], silence(0.3)]).astype(np.float32)
+    n = talker.size
+    pos = np.asarray(PRESETS[preset])
+    mics = np.c_[pos + np.array([2.5, 2.0]), np.full(len(pos), 0.9)].T
+    absorption, order = pra.inverse_sabine(0.45, [5.0, 4.0, 2.7])
+
+    def heard(signal: np.ndarray, where: list[float]) -> np.ndarray:
+        room = pra.ShoeBox([5.0, 4.0, 2.7], fs=RATE, materials=pra.Material(absorption), max_order=order)
+        room.add_source(where, signal=signal)
+        room.add_microphone_array(mics)
+        room.simulate()
+        out: np.ndarray = room.mic_array.signals[:, :n]
+        return out
+
+    t = heard(talker, [3.9, 3.4, 1.2])
+    b = sum(heard(np.resize(voices[text], n), where)
+            for text, where in zip(BABBLE, ([0.6, 0.8, 1.2], [4.5, 0.7, 1.1], [0.8, 3.5, 1.3]), strict=True))
+    b = b * 10 ** (-10 / 20) * np.sqrt(np.sum(t[0] ** 2) / np.sum(b[0] ** 2))  # 10 dB at the first mic
+    # Steer on the mixture, then put the talker and the babble alone through the same steering,
+    # hop by hop, to measure what it did to each.
+    steering: list[np.ndarray] = []
+    live = Beamformer(PRESETS[preset], len(pos), RATE, method=method)
+    track = live._track
+
+    def tracked(spectrum: np.ndarray) -> None:
+        track(spectrum)
+        steering.append(live.delays.copy())
+
+    live._track = tracked  # type: ignore[method-assign]
+    live.process((t + b).T.astype(np.float32))
+
+    def replayed(part: np.ndarray) -> np.ndarray:
+        bf = Beamformer(PRESETS[preset], len(pos), RATE, method=method)
+        steps = iter(steering)
+        bf._track = lambda _s: setattr(bf, "delays", next(steps))  # type: ignore[method-assign]
+        return bf.process(part.T.astype(np.float32))
+
+    averaged = tbr_db(t.mean(axis=0), b.mean(axis=0))
+    steered = tbr_db(replayed(t), replayed(b))
+    logging.getLogger(__name__).warning("%s %s: talker-to-babble %.2f dB averaged, %.2f dB steered",
+                                        preset, method, averaged, steered)
+    assert steered > averaged + least_db, (averaged, steered)
+    assert live.problem is None
+
+
+def test_blocks_of_any_size_give_the_same_output():
+    x = noise_burst(1.0)
+    frames = np.c_[x, delayed(x, 2)].astype(np.float32)
+    whole = Beamformer(PRESETS["respeaker_2mic"], 2, RATE).process(frames)
+    bf = Beamformer(PRESETS["respeaker_2mic"], 2, RATE)
+    rng = np.random.default_rng(3)
+    parts, start = [], 0
+    while start < frames.shape[0]:
+        step = int(rng.integers(1, 700))
+        parts.append(bf.process(frames[start:start + step]))
+        start += step
+    np.testing.assert_array_equal(np.concatenate(parts), whole)
+
+
+def test_a_delayed_channel_is_aligned_either_way_round():
+    x = noise_burst(1.0)
+    for frames, delay in ((np.c_[x, delayed(x, 2)], 2.0), (np.c_[delayed(x, 2), x], -2.0)):
+        bf = Beamformer(PRESETS["respeaker_2mic"], 2, RATE)
+        out = bf.process(frames.astype(np.float32))
+        assert bf.delays[1] - bf.delays[0] == pytest.approx(delay, abs=0.3)
+        assert corr(out[LATENCY + 4000:], frames[4000:, bf.reference]) > 0.98
+        assert bf.problem is None
+
+
+def test_channels_a_few_samples_out_of_step_are_aligned():
+    x = noise_burst(1.0)
+    bf = Beamformer(PRESETS["respeaker_2mic"], 2, RATE)  # the geometry allows 2.7 samples
+    out = bf.process(np.c_[x, delayed(x, 7)].astype(np.float32))
+    assert bf.delays[1] == pytest.approx(7.0, abs=0.3)
+    assert corr(out[LATENCY + 4000:], x[4000:]) > 0.98
+
+
+def test_channels_far_out_of_step_fall_back_to_one_channel_with_a_reason():
+    x = noise_burst(1.0)
+    problems: list[str | None] = []
+    bf = Beamformer(PRESETS["respeaker_2mic"], 2, RATE)
+    bf.on_problem = problems.append
+    frames = np.c_[x, delayed(x, 40)].astype(np.float32)
+    out = bf.process(frames)
+    assert not bf.beaming and problems and "out of step" in str(problems[-1])
+    end = out.size
+    assert corr(out[end - 4000:], frames[end - 4000 - LATENCY:end - LATENCY, bf.reference]) > 0.99
+
+
+def test_a_dead_channel_falls_back_to_the_live_one_never_silence():
+    x = noise_burst(1.0)
+    for dead in (0, 1):
+        frames = np.c_[x, x].astype(np.float32)
+        frames[:, dead] = 0.0
+        problems: list[str | None] = []
+        bf = Beamformer(PRESETS["respeaker_2mic"], 2, RATE)
+        bf.on_problem = problems.append
+        out = bf.process(frames)
+        assert problems == [f"audio.mic_geometry: channel {dead} is dead (silent or 30 dB below the "
+                            f"others): hearing channel {1 - dead} alone"]
+        assert corr(out[LATENCY + 2000:], x[2000:]) > 0.99
+        assert np.sqrt(np.mean(out[4000:] ** 2)) > 0.09  # at the live channel's level, not halved
+
+
+def test_a_channel_count_the_geometry_lacks_hears_the_loudest_channel():
+    x = noise_burst(1.0)
+    bf = Beamformer(PRESETS["respeaker_4mic"], 3, RATE)
+    assert bf.problem == ("audio.mic_geometry: 3 channel(s) but the geometry has 4 microphones: "
+                          "hearing the loudest channel alone")
+    out = bf.process(np.c_[0.1 * x, x, 0.2 * x].astype(np.float32))
+    assert bf.reference == 1
+    assert corr(out[LATENCY + 2000:], x[2000:]) > 0.99
+
+
+def stereo(voices: dict[str, np.ndarray]) -> np.ndarray:
+    """The talker on two microphones, the second 2 samples later, with a little noise on each."""
+    x = np.concatenate([silence(0.5), voices[TALKER], silence(2.0)]).astype(np.float32)
+    rng = np.random.default_rng(5)
+    return np.c_[x, delayed(x, 2)] + rng.standard_normal((x.size, 2)).astype(np.float32) * 0.002
+
+
+def test_a_stereo_file_heard_through_the_front_end_as_a_wav_source(tmp_path, voices):
+    frames = stereo(voices)
+    path = write_wav(tmp_path / "board.wav", frames, channels=2)
+    source = WavFileSource(path, mic_geometry="respeaker_2mic")
+    out = np.concatenate(list(source.blocks()))
+    assert source.mixer is not None and source.mixer.problem is None
+    assert 0 <= out.size - (frames.shape[0] + LATENCY) < HOP  # everything, 16 ms late
+    assert corr(out[LATENCY:], frames[:, 0]) > 0.99
+
+
+def test_an_odd_channel_count_on_the_input_pipe_is_heard_on_its_loudest_channel(tmp_path):
+    fifo = tmp_path / "mic.pcm"
+    x = noise_burst(1.0)
+    frames = np.c_[0.1 * x, 0.2 * x, x]  # three channels where the geometry has four
+    src = PipeSource(str(fifo), channels=3, mic_geometry="respeaker_4mic")
+    try:
+        assert src.mixer is not None and "3 channel(s) but the geometry has 4" in str(src.mixer.problem)
+        writer = threading.Thread(target=fifo.write_bytes, args=(encode_pcm_frames(frames),))
+        writer.start()
+        heard: list[np.ndarray] = []
+        for block in src.blocks():
+            heard.append(block)
+            if sum(b.size for b in heard) >= x.size - HOP:
+                break
+        writer.join(timeout=10)
+    finally:
+        src.close()
+        release_pipes()
+    out = np.concatenate(heard)
+    assert corr(out[LATENCY + 4000:], x[4000:out.size - LATENCY]) > 0.99  # the loudest, never silence
+
+
+def test_listen_front_end_over_a_file_gives_the_events_of_the_same_audio_on_the_input_pipe(
+        tmp_path, voices, whisper_dir):
+    frames = stereo(voices)
+    wav = write_wav(tmp_path / "board.wav", frames, channels=2)
+    device = ["--set", f"asr.model={whisper_dir}", "--set", "audio.mic_geometry=respeaker_2mic",
+              "--set", "audio.noise_suppression=2", "--set", "audio.auto_gain_dbfs=10"]
+    from_file = run_cli("listen", "--json", "--input", str(wav), "--front-end", *device)
+    assert from_file.returncode == 0, from_file.stderr
+    live = subprocess.run(
+        [sys.executable, "-m", "edge_agent", "listen", "--json", *device, "--set", 'audio.input_pipe="-"',
+         "--set", "audio.input_channels=2"],
+        input=encode_pcm_frames(frames), capture_output=True, timeout=300, check=False)
+    assert live.returncode == 0, live.stderr.decode()
+
+    def events(out: str) -> list[tuple[object, ...]]:
+        # A turn's end is decided at the end of the block that carries it (a file's blocks are
+        # 0.5 s, the pipe's 30 ms, with or without the front end): its time is compared to 50 ms.
+        docs = [json.loads(line) for line in out.splitlines()]
+        return [(d["event"], d.get("model"), d.get("reason"), d.get("text"), d.get("start"), d.get("end"),
+                 d.get("time") if d["event"] != "turn_end" else None) for d in docs]
+
+    def ends(out: str) -> list[float]:
+        return [d["time"] for d in map(json.loads, out.splitlines()) if d["event"] == "turn_end"]
+
+    heard = events(from_file.stdout)
+    assert [e[0] for e in heard] == ["wake", "transcript", "turn_end"]
+    assert "kitchen lights" in str(heard[1][3]).lower()
+    assert heard == events(live.stdout.decode())
+    assert ends(from_file.stdout) == pytest.approx(ends(live.stdout.decode()), abs=0.05)
+
+
+def encode_pcm_frames(frames: np.ndarray) -> bytes:
+    """Interleaved 16-bit PCM of (n, channels) float frames."""
+    ints = np.round(np.clip(frames, -1, 1) * 32767).astype("<i2")
+    return ints.tobytes()
+
+
+def test_listen_front_end_refuses_stdin():
+    result = run_cli("listen", "--input", "-", "--front-end")
+    assert result.returncode == 2
+    assert "--front-end hears a WAV file" in result.stderr
+
