@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,7 +30,21 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_cache: 
     monkeypatch.delenv("EDGE_AGENT_CONFIG", raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("EDGE_SPEECH_CACHE", str(shared_cache.parent))
+    _unblock_signals()
     yield
+
+
+def _unblock_signals() -> None:
+    """Each test starts with no signal blocked in the suite's thread.
+
+    A library that loads PortAudio (`sounddevice`, which pyroomacoustics imports too) blocks
+    SIGPIPE in the importing thread, and every child a later test starts would inherit that: a
+    writer the test expects to die of SIGPIPE would get EPIPE instead. The runtime guards its own
+    children (`audio.command.default_signal_mask`); this keeps the tests' children honest too.
+    """
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
 
 
 def run_cli(*args: str, stdin: str | None = None, env: dict[str, str] | None = None,
