@@ -156,6 +156,8 @@ def test_listen_cli_prints_one_wake_and_one_transcript_as_json(tmp_path, whisper
     assert events[0]["wake_word"] == "Okay Nabu"
     assert "kitchen lights" in events[1]["text"].lower()
     assert events[1]["conversation_id"] == events[0]["conversation_id"]
+    # Where the transcript was decided, in stream time (its speech's end and the pause after it).
+    assert events[1]["end"] < events[1]["time"] <= events[2]["time"] and "continued" not in events[1]
 
 
 def test_listen_cli_hears_raw_pcm_from_a_configured_input_pipe_on_stdin(tmp_path, whisper_dir, speech):
