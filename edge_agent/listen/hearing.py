@@ -42,7 +42,8 @@ utterance; speech that resumes before then continues it, and the whole command g
 the model never loses a sentence the VAD-only end would have kept. A pause the model is still busy for (slower
 than real time under load) or does not answer in time is left to the VAD. A streamed turn is
 heard the same way (VAD and model, no Whisper): a complete turn ends the stream there, so Home
-Assistant hears "end of speech" at once instead of after its own VAD's wait.
+Assistant hears "end of speech" at once instead of after its own VAD's wait (and a streamed turn
+has no continuation: what follows the verdict is not sent).
 
 Ending early (`listen.early_end_ms`, off by default; `listen.end_of_turn: vad` only): at the
 first pause of that length the speech so far is transcribed and, if Whisper hears a complete sentence

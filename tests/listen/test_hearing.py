@@ -311,9 +311,12 @@ def ender(turn_model: Path):
 def test_the_end_of_turn_model_ends_a_complete_command_at_the_pause_with_the_same_words(
         whisper, wake_engine, speech, ender):
     audio = np.concatenate([silence(0.5), speech[WAKE_COMMAND], silence(1.5)])
-    judged = run(hearing(whisper, wake_engine, end_of_turn=ender), audio)
+    h = hearing(whisper, wake_engine, end_of_turn=ender)
+    judged = run(h, audio)
     vad = run(hearing(whisper, wake_engine), audio)
     assert [type(e) for e in judged] == [Woke, Heard, TurnEnded]
+    # Whisper ran once, at the pause: the VAD's end of the same utterance later decoded nothing again.
+    assert h.transcribing.stats.utterances == 1
     (heard, ended), (vad_heard, vad_ended) = judged[1:], vad[1:]
     assert heard.early and not heard.continued and heard.transcript.text == vad_heard.transcript.text
     assert ended.reason == "heard"
