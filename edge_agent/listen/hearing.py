@@ -39,8 +39,8 @@ a first sentence that is complete by itself ("Dinner is ready.") may be followed
 so its transcript goes out at once but the turn stays open until the VAD's hangover ends the
 utterance; speech that resumes before then continues it, and the whole command goes out again
 (a second `Heard`, `continued`, that replaces the first) when that is judged complete or ended:
-the model never loses a sentence the VAD-only end would have kept. A pause the model is still busy for (slower
-than real time under load) or does not answer in time is left to the VAD. A streamed turn is
+the model never loses a sentence the VAD-only end would have kept. A pause the model is still
+busy for (slower than real time under load) or does not answer in time is left to the VAD. A streamed turn is
 heard the same way (VAD and model, no Whisper): a complete turn ends the stream there, so Home
 Assistant hears "end of speech" at once instead of after its own VAD's wait (and a streamed turn
 has no continuation: what follows the verdict is not sent).
