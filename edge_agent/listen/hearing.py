@@ -30,8 +30,8 @@ between two sentences shorter than `vad.hangover_ms` never cuts the command.
 
 End of turn (`listen.end_of_turn: model`, the default, with the `smart-turn` model present): at
 a pause of `listen.turn_pause_ms` the end-of-turn model (`listen.endofturn`) judges the last 8 s
-of the turn while Whisper decodes the speech so far, both at once. A complete turn ends there
-with that transcript; an incomplete one goes on: the VAD still ends its utterance after its
+of the turn while Whisper decodes the speech so far, both at once. A complete turn's transcript
+goes out there; an incomplete one goes on: the VAD still ends its utterance after its
 hangover, but the turn then waits `listen.turn_incomplete_wait_ms` of silence for more speech
 (a mid-command pause: "Turn off the oven... and start the dishwasher"), and speech that resumes
 joins the command and makes the decoded text stale. A complete verdict is not the last word:
@@ -40,10 +40,10 @@ so its transcript goes out at once but the turn stays open until the VAD's hango
 utterance; speech that resumes before then continues it, and the whole command goes out again
 (a second `Heard`, `continued`, that replaces the first) when that is judged complete or ended:
 the model never loses a sentence the VAD-only end would have kept. A pause the model is still
-busy for (slower than real time under load) or does not answer in time is left to the VAD. A streamed turn is
-heard the same way (VAD and model, no Whisper): a complete turn ends the stream there, so Home
-Assistant hears "end of speech" at once instead of after its own VAD's wait (and a streamed turn
-has no continuation: what follows the verdict is not sent).
+busy for (slower than real time under load) or does not answer in time is left to the VAD.
+A streamed turn is heard the same way (VAD and model, no Whisper): a complete turn ends the
+stream there, so Home Assistant hears "end of speech" at once instead of after its own VAD's
+wait (and a streamed turn has no continuation: what follows the verdict is not sent).
 
 Ending early (`listen.early_end_ms`, off by default; `listen.end_of_turn: vad` only): at the
 first pause of that length the speech so far is transcribed and, if Whisper hears a complete sentence
