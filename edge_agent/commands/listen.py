@@ -72,6 +72,10 @@ def event_json(event: Event) -> dict[str, object]:
             doc["conversation_id"] = event.conversation_id
         if event.wake_word is not None:
             doc["wake_word"] = event.wake_word
+        if event.continued:
+            doc["continued"] = True
+        if event.time is not None:
+            doc["time"] = round(event.time, 3)
         return doc
     assert isinstance(event, TurnEnded)  # no turn is streamed here (nothing sets `stream_turns`)
     return {"event": "turn_end", "conversation_id": event.conversation_id, "reason": event.reason,

@@ -30,14 +30,20 @@ between two sentences shorter than `vad.hangover_ms` never cuts the command.
 
 End of turn (`listen.end_of_turn: model`, the default, with the `smart-turn` model present): at
 a pause of `listen.turn_pause_ms` the end-of-turn model (`listen.endofturn`) judges the last 8 s
-of the turn while Whisper decodes the speech so far, both at once. A complete turn ends there
-with that transcript; an incomplete one goes on: the VAD still ends its utterance after its
+of the turn while Whisper decodes the speech so far, both at once. A complete turn's transcript
+goes out there; an incomplete one goes on: the VAD still ends its utterance after its
 hangover, but the turn then waits `listen.turn_incomplete_wait_ms` of silence for more speech
 (a mid-command pause: "Turn off the oven... and start the dishwasher"), and speech that resumes
-joins the command and makes the decoded text stale. A pause the model is still busy for (slower
-than real time under load) or does not answer in time is left to the VAD. A streamed turn is
-heard the same way (VAD and model, no Whisper): a complete turn ends the stream there, so Home
-Assistant hears "end of speech" at once instead of after its own VAD's wait.
+joins the command and makes the decoded text stale. A complete verdict is not the last word:
+a first sentence that is complete by itself ("Dinner is ready.") may be followed by a second one,
+so its transcript goes out at once but the turn stays open until the VAD's hangover ends the
+utterance; speech that resumes before then continues it, and the whole command goes out again
+(a second `Heard`, `continued`, that replaces the first) when that is judged complete or ended:
+the model never loses a sentence the VAD-only end would have kept. A pause the model is still
+busy for (slower than real time under load) or does not answer in time is left to the VAD.
+A streamed turn is heard the same way (VAD and model, no Whisper): a complete turn ends the
+stream there, so Home Assistant hears "end of speech" at once instead of after its own VAD's
+wait (and a streamed turn has no continuation: what follows the verdict is not sent).
 
 Ending early (`listen.early_end_ms`, off by default; `listen.end_of_turn: vad` only): at the
 first pause of that length the speech so far is transcribed and, if Whisper hears a complete sentence
@@ -120,6 +126,12 @@ class Heard:
     wake_word: str | None = None
     early: bool = False
     """Decided at the first pause rather than after the VAD's hangover."""
+    continued: bool = False
+    """The whole command again, longer: speech resumed after the end-of-turn model had judged the
+    turn complete (and its transcript had gone out), before the VAD's hangover. It replaces the
+    turn's earlier transcript."""
+    time: float | None = None
+    """Stream time the transcript was decided (None: not in a turn)."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +171,8 @@ class _Turn:
     """Utterances of the command that ended while the turn waited for more speech."""
     hold_until: int | None = None
     """Stream sample at which the wait for more speech ends the turn."""
+    published: tuple[Utterance, str] | None = None
+    """The utterance whose transcript went out when the turn was judged complete, and its text."""
 
 
 class Hearing:
@@ -351,6 +365,8 @@ class Hearing:
                 turn.audio.add(piece)
             ended = self.transcribing.segment(piece)
             if ended:
+                if turn.published is not None and _same_audio(turn.published[0], ended[-1]):
+                    return self._finish([], "heard")  # out already: no speech came after the verdict
                 heard = [t for t in map(self._transcribe, ended) if t is not None]
                 if not self._wait_for_more(turn, ended[-1]):
                     return self._finish(turn.held + heard, "heard")
@@ -364,7 +380,12 @@ class Hearing:
                 early = self._at_pause(turn)
                 if early:
                     return early
-            elif turn.hold_until is not None and self._now >= turn.hold_until:
+            elif turn.hold_until is not None:
+                if self._now >= turn.hold_until:
+                    return self._finish(turn.held, "heard")
+            elif turn.held:
+                # Speech resumed during a wait but was too short for an utterance (a click, a cough):
+                # the turn ends now rather than at its deadline.
                 return self._finish(turn.held, "heard")
             if self._now >= turn.deadline:
                 return self._finish(turn.held + self.transcribing.flush(), "timeout")
@@ -395,8 +416,16 @@ class Hearing:
         heard = turn.held + ([transcript] if transcript is not None else [])
         if not heard:
             return []  # Whisper heard no words: the VAD decides
-        self.transcribing.segmenter.discard()
-        return self._finish(heard, "heard", early=True)
+        # A sentence complete by itself ("Dinner is ready.") may still be followed by a second one:
+        # the transcript goes out now, but the utterance stays open until the VAD ends it, and speech
+        # resuming before then makes the whole command go out again, longer (`continued`).
+        said = _text(heard)
+        if turn.published is not None and said == turn.published[1]:
+            turn.published = (judged[0], said)  # a click or a breath: nothing new was said
+            return []
+        events: list[Event] = [self._heard(turn, heard, early=True)]
+        turn.published = (judged[0], said)
+        return events
 
     def _judge(self, turn: _Turn) -> tuple[Utterance, Transcript | None] | None:
         """At `listen.turn_pause_ms` into a pause, once: ask the model and (unless the turn is streamed)
@@ -476,18 +505,23 @@ class Hearing:
         self._idle_since = self._now
         self.transcribing.segmenter.discard()
         events: list[Event] = []
-        if transcripts:
-            text = " ".join(t.text.strip() for t in transcripts)
-            first, last = transcripts[0], transcripts[-1]
-            transcript = Transcript(text=text, start=first.start + turn.offset, end=last.end + turn.offset,
-                                    tokens=first.tokens,
-                                    no_speech_prob=first.no_speech_prob, avg_logprob=first.avg_logprob,
-                                    asr_s=sum(t.asr_s for t in transcripts), latency_s=last.latency_s,
-                                    cut=last.cut)
-            events.append(Heard(transcript, turn.conversation_id, turn.wake_word, early))
+        if transcripts and (turn.published is None or _text(transcripts) != turn.published[1]):
+            events.append(self._heard(turn, transcripts, early))
+        if transcripts or turn.published is not None:
             reason = "heard"
         events.append(TurnEnded(turn.conversation_id, reason, self._now / SAMPLE_RATE))
         return events
+
+    def _heard(self, turn: _Turn, transcripts: list[Transcript], early: bool) -> Heard:
+        """One transcript of `transcripts` (the utterances of the command, in order), in stream times."""
+        first, last = transcripts[0], transcripts[-1]
+        transcript = Transcript(text=_text(transcripts), start=first.start + turn.offset,
+                                end=last.end + turn.offset, tokens=first.tokens,
+                                no_speech_prob=first.no_speech_prob, avg_logprob=first.avg_logprob,
+                                asr_s=sum(t.asr_s for t in transcripts), latency_s=last.latency_s,
+                                cut=last.cut)
+        return Heard(transcript, turn.conversation_id, turn.wake_word, early,
+                     continued=turn.published is not None, time=self._now / SAMPLE_RATE)
 
 
 class HearingLoop(Pump[Event]):
@@ -535,6 +569,10 @@ def build_hearing(settings: Settings, store: ModelStore, source: AudioSource | N
     end_of_turn = load_end_of_turn(settings.listen, store) if mode == "wake" else None
     hearing = Hearing(mode, transcribing, wake, settings.listen, accept_wake, end_of_turn=end_of_turn)
     return HearingLoop(source, hearing)
+
+
+def _text(transcripts: list[Transcript]) -> str:
+    return " ".join(t.text.strip() for t in transcripts)
 
 
 def _same_audio(decoded: Utterance, final: Utterance) -> bool:

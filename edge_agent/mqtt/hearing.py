@@ -33,6 +33,8 @@ class HearPublisher(HearObserver):
             doc["conversation_id"] = event.conversation_id
         if event.wake_word is not None:
             doc["wake_word"] = event.wake_word
+        if event.continued:
+            doc["continued"] = True  # the rest of the turn whose first transcript went out already
         self._publish(Message.json(self._topics().transcript, doc, qos=1))
 
     def remote_heard(self, event: RemoteHeard) -> None:

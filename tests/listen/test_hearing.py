@@ -156,6 +156,8 @@ def test_listen_cli_prints_one_wake_and_one_transcript_as_json(tmp_path, whisper
     assert events[0]["wake_word"] == "Okay Nabu"
     assert "kitchen lights" in events[1]["text"].lower()
     assert events[1]["conversation_id"] == events[0]["conversation_id"]
+    # Where the transcript was decided, in stream time (its speech's end and the pause after it).
+    assert events[1]["end"] < events[1]["time"] <= events[2]["time"] and "continued" not in events[1]
 
 
 def test_listen_cli_hears_raw_pcm_from_a_configured_input_pipe_on_stdin(tmp_path, whisper_dir, speech):
@@ -309,18 +311,68 @@ def ender(turn_model: Path):
 def test_the_end_of_turn_model_ends_a_complete_command_at_the_pause_with_the_same_words(
         whisper, wake_engine, speech, ender):
     audio = np.concatenate([silence(0.5), speech[WAKE_COMMAND], silence(1.5)])
-    judged = run(hearing(whisper, wake_engine, end_of_turn=ender), audio)
+    h = hearing(whisper, wake_engine, end_of_turn=ender)
+    judged = run(h, audio)
     vad = run(hearing(whisper, wake_engine), audio)
     assert [type(e) for e in judged] == [Woke, Heard, TurnEnded]
+    # Whisper ran once, at the pause: the VAD's end of the same utterance later decoded nothing again.
+    assert h.transcribing.stats.utterances == 1
     (heard, ended), (vad_heard, vad_ended) = judged[1:], vad[1:]
-    assert heard.early and heard.transcript.text == vad_heard.transcript.text
+    assert heard.early and not heard.continued and heard.transcript.text == vad_heard.transcript.text
     assert ended.reason == "heard"
-    # Ended at the pause the model was asked at (150 ms, to the 30 ms frame), not after the hangover.
+    # Heard at the pause the model was asked at (150 ms, to the 30 ms frame), not after the hangover;
+    # the turn itself stays open for a continuation until the VAD ends the utterance, as without it.
     frame_s = VadSettings().frame_ms / 1000
     pause_s = ListenSettings().turn_pause_ms / 1000
-    assert pause_s <= round(ended.time - heard.transcript.end, 3) < pause_s + frame_s
+    assert heard.time is not None
+    assert pause_s <= round(heard.time - heard.transcript.end, 3) < pause_s + frame_s
+    assert round(ended.time - heard.transcript.end, 3) == round(vad_ended.time - vad_heard.transcript.end, 3)
     assert round(vad_ended.time - vad_heard.transcript.end, 3) >= VadSettings().hangover_ms / 1000
     assert ender.stats.complete >= 1
+
+
+@pytest.fixture(scope="module")
+def dinner(clip_cache: Path, piper_voice) -> tuple[np.ndarray, np.ndarray]:
+    """A first sentence complete by itself and a second one: "Okay Nabu. Dinner is ready." "Please
+    come to the table." (synthesized apart; the model judges the first complete, p 0.9-0.99)."""
+    first, second = (load_16k(piper_clip(text, clip_cache, piper_voice))
+                     for text in ("Okay Nabu. Dinner is ready.", "Please come to the table."))
+    voiced = np.nonzero(np.abs(second) > 0.01)[0]
+    return first[:np.nonzero(np.abs(first) > 0.01)[0][-1] + 1], second[voiced[0]:voiced[-1] + 1]
+
+
+def test_a_second_sentence_after_a_pause_judged_complete_is_the_turns_continuation(
+        whisper, wake_engine, dinner, ender):
+    first, second = dinner
+    audio = np.concatenate([silence(0.5), first, silence(0.3), second, silence(2.0)])
+    events = run(hearing(whisper, wake_engine, end_of_turn=ender), audio)
+    heard = [e for e in events if isinstance(e, Heard)]
+    assert [type(e) for e in events if not isinstance(e, Heard)] == [Woke, TurnEnded], events
+    # The model judged the first sentence complete (its transcript went out at that pause), and the
+    # second one, said before the VAD's hangover, made the whole command go out again.
+    assert len(heard) == 2 and heard[0].early and not heard[0].continued, heard
+    assert "ready" in heard[0].transcript.text.lower() and "table" not in heard[0].transcript.text.lower()
+    assert heard[1].continued
+    assert wer(["dinner is ready please come to the table"], [heard[1].transcript.text]) < 0.3
+    ids = {e.conversation_id for e in events if isinstance(e, Heard | TurnEnded)}
+    assert ids == {events[0].conversation_id}
+
+
+def test_a_click_after_a_pause_judged_complete_sends_no_second_transcript(
+        whisper, wake_engine, speech, ender):
+    voiced = np.nonzero(np.abs(speech[OTHER]) > 0.01)[0]
+    click = speech[OTHER][voiced[0] + 8000:voiced[0] + 8000 + 1600]  # 100 ms: under min_utterance_ms
+    command = speech[WAKE_COMMAND][:np.nonzero(np.abs(speech[WAKE_COMMAND]) > 0.01)[0][-1] + 1]
+    audio = np.concatenate([silence(0.5), command, silence(0.3), click, silence(3.0)])
+    events = run(hearing(whisper, wake_engine, end_of_turn=ender), audio)
+    heard = [e for e in events if isinstance(e, Heard)]
+    ended = [e for e in events if isinstance(e, TurnEnded)]
+    assert len(heard) == 1 and "kitchen" in heard[0].transcript.text.lower(), events
+    assert len(ended) == 1 and ended[0].reason == "heard"
+    # Over after the click and at most the wait of a pause judged incomplete, long before the deadline.
+    wait_s = max(VadSettings().hangover_ms, ListenSettings().turn_incomplete_wait_ms) / 1000
+    assert ended[0].time < heard[0].transcript.end + 0.3 + 0.1 + wait_s + 0.1
+    assert wait_s + 0.5 < ListenSettings().command_timeout_s
 
 
 @pytest.fixture(scope="module")
@@ -374,3 +426,19 @@ def test_a_streamed_turn_ends_when_the_model_hears_its_end(whisper, wake_engine,
     plain_events = run(plain, np.concatenate([silence(0.5), speech[WAKE_COMMAND], silence(3.0)]))
     assert [e.reason for e in plain_events if isinstance(e, TurnEnded)] == ["timeout"]
     assert streamed_s < sum(e.samples.size for e in plain_events if isinstance(e, Streamed)) / 16000
+
+
+def test_a_click_while_a_pause_judged_incomplete_waits_ends_the_turn_not_its_deadline(
+        whisper, wake_engine, mid_command, speech, ender):
+    first, _ = mid_command
+    voiced = np.nonzero(np.abs(speech[OTHER]) > 0.01)[0]
+    click = speech[OTHER][voiced[0] + 8000:voiced[0] + 8000 + 1600]  # 100 ms: under min_utterance_ms
+    audio = np.concatenate([silence(0.5), first, silence(0.7), click, silence(8.0)])
+    events = run(hearing(whisper, wake_engine, end_of_turn=ender), audio)
+    heard = [e for e in events if isinstance(e, Heard)]
+    ended = [e for e in events if isinstance(e, TurnEnded)]
+    assert len(heard) == 1 and "oven" in heard[0].transcript.text.lower(), events
+    assert len(ended) == 1 and ended[0].reason == "heard"
+    # The click was dropped as too short (after its hangover): the turn ends then, with what was said.
+    click_end = heard[0].transcript.end + 0.7 + 0.1
+    assert ended[0].time < click_end + VadSettings().hangover_ms / 1000 + 0.1, (ended, heard)

@@ -29,6 +29,17 @@ def test_a_wake_word_and_a_command_are_published_with_qos_1_and_their_conversati
     assert {k: transcript[k] for k in ("text", "start", "end", "conversation_id", "wake_word")} == {
         "text": "what time is it", "start": 3.4, "end": 4.5, "conversation_id": "c1",
         "wake_word": "Okay Nabu"}
+    assert "continued" not in transcript
+
+
+def test_a_continued_command_says_so_and_keeps_its_conversation():
+    hear, sent, _ = publisher()
+    hear.heard(Heard(Transcript("dinner is ready", 3.4, 4.5), "c1", "Okay Nabu", early=True))
+    hear.heard(Heard(Transcript("dinner is ready please come", 3.4, 5.9), "c1", "Okay Nabu", continued=True))
+    first, second = (json.loads(m.payload) for m in sent)
+    assert "continued" not in first
+    assert second["continued"] is True and second["conversation_id"] == "c1"
+    assert second["text"] == "dinner is ready please come"
 
 
 def test_a_transcript_outside_a_turn_has_no_conversation_and_home_assistant_s_has_no_times():

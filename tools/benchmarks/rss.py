@@ -1,5 +1,6 @@
 """Peak memory of a listening device: VAD + Whisper + the local voice loaded and used once
-(with `--wake`, the wake engine too, hearing the clip first).
+(with `--wake`, the wake engine too, hearing the clip first), and the end-of-turn model
+(`listen.end_of_turn: model` and `smart-turn` present) judging the clip once.
 
 Whisper is also made to decode the clip in its retry window (`asr.retry_window_s`), as it does for
 any command whose short-window result is unsure or degenerate: the encoder's attention grows with
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from edge_agent.audio.sources import WavFileSource
     from edge_agent.audio.wav import read_wav
     from edge_agent.commands.context import Context
+    from edge_agent.listen.endofturn import load_end_of_turn
     from edge_agent.tts.registry import VoiceRegistry
     from edge_agent.tts.voice import synthesize
     from edge_agent.vad import make_segmenter
@@ -65,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
 
         wake = WakeEngine.load(settings.wake)
         detections = [d.model for d in wake.feed(clip)]
+    end_of_turn = load_end_of_turn(settings.listen, ctx.store)
+    if end_of_turn is not None:
+        # One call allocates what the model keeps in onnxruntime's arena for the rest of the run.
+        end_of_turn.model.probability(clip)
+        end_of_turn.close()
     stages["loaded"] = peak_rss_mb()
     listener = TranscribingLoop(WavFileSource(args.clip), segmenter, Transcriber(model, settings.asr))
     transcripts = [t.text for t in listener]
@@ -77,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     stages["spoke"] = peak_rss_mb()
     print(json.dumps({"peak_rss_mb": max(stages.values()), "stages": stages, "transcripts": transcripts,
                       "spoken_samples": samples, "vad": settings.vad.engine, "variant": model.variant,
-                      "wake": detections if wake is not None else None}))
+                      "wake": detections if wake is not None else None,
+                      "end_of_turn": end_of_turn is not None}))
     return 0
 
 

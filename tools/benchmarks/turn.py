@@ -6,18 +6,21 @@ FIFO (`audio.input_pipe`). One writer feeds both FIFOs at the wall clock's pace
 (20 ms chunks, as a microphone delivers them): each "Okay Nabu. <command>" clip
 goes to one process while the other hears silence, then the same clip to the
 other (the order alternates), so both hear every clip under the same load and
-never decode at the same moment. A transcript line is timed from the moment the
-chunk holding the clip's last speech sample (the last one above -40 dBFS) was
-written to the moment the line was read from the process's stdout: what a person
-waits, from outside.
+never decode at the same moment: while one hears a clip the other only runs its wake
+word on silence (its cores then are measured and reported, `idle_cores`). The turn's
+last transcript line (a `continued` one is the whole command again and replaces the
+first) is timed from the moment the chunk holding the clip's last speech sample (the
+last one above -40 dBFS) was written to the moment the line was read from the
+process's stdout: what a person waits, from outside.
 
 Clips: one sentence (the benches' commands), and two sentences with a pause of
 0.4-0.8 s between them (synthesized apart and joined), by Piper's joe and espeak-ng
 en-us. Per end of turn: p50/p90 of end of speech -> transcript, words kept (the
-reference's words found in the transcript), turns cut short (fewer than half the
+reference's words found in the last transcript), turns cut short (fewer than half the
 last sentence's words kept: their latency is left out, the speech they ended at is not the
 clip's end), turns missed (no transcript), where the turn was judged over in the audio (stream
-time after the speech's end: what the end of turn decides, whatever the load), the process's CPU
+time after the speech's end of the first transcript's decision, else of the turn's end: what the
+end of turn decides, whatever the load), the process's CPU
 (cores used over the run: the wake word and the VAD run all along) and peak RSS.
 """
 
@@ -216,7 +219,7 @@ def measure(clips: list[TurnClip], passed: list[str], logs: Path | None = None) 
             slots = [Slot(ENDS[(i + k) % 2], clip) for i, clip in enumerate(clips) for k in range(2)]
             cpu_before = {lst.end: cpu_seconds(lst.proc.pid) for lst in listeners}
             started = time.monotonic()
-            feed(listeners, slots)
+            idle_cpu = feed(listeners, slots)
             wall = time.monotonic() - started
             cpu = {lst.end: cpu_seconds(lst.proc.pid) - cpu_before[lst.end] for lst in listeners}
             rss = {lst.end: peak_rss_mb(lst.proc.pid) for lst in listeners}
@@ -225,7 +228,7 @@ def measure(clips: list[TurnClip], passed: list[str], logs: Path | None = None) 
                 stop(listener)
     for listener in listeners:
         assign(listener, [s for s in slots if s.end == listener.end])
-    return {"slots": slots, "cpu_s": cpu, "wall_s": wall, "peak_rss_mb": rss,
+    return {"slots": slots, "cpu_s": cpu, "wall_s": wall, "peak_rss_mb": rss, "idle_cores": idle_cpu,
             "errors": {lst.end: lst.proc.returncode for lst in listeners}}
 
 
@@ -264,15 +267,21 @@ def open_writer(listener: Listener) -> int:
         return fd
 
 
-def feed(listeners: list[Listener], slots: list[Slot]) -> None:
-    """Write each slot into its process's FIFO and silence into the others', at the wall clock's pace."""
+def feed(listeners: list[Listener], slots: list[Slot]) -> dict[str, float]:
+    """Write each slot into its process's FIFO and silence into the others', at the wall clock's pace;
+    the cores each process used while the others' slots ran (what it took from the one measured)."""
     chunk = round(CHUNK_S * RATE)
     lead = np.zeros(round(LEAD_S * RATE), dtype=np.float32)
     tail = np.zeros(round(TAIL_S * RATE), dtype=np.float32)
     silence = to_pcm16(np.zeros(chunk, dtype=np.float32))
     t0 = time.monotonic()
     written = 0
+    idle = dict.fromkeys((lst.end for lst in listeners), 0.0)
+    idle_wall = dict.fromkeys((lst.end for lst in listeners), 0.0)
     for slot in slots:
+        others = [lst for lst in listeners if lst.end != slot.end]
+        cpu_before = [cpu_seconds(lst.proc.pid) for lst in others]
+        wall_before = time.monotonic()
         audio = np.concatenate([lead, slot.clip.audio, tail])
         speech_end = lead.size + slot.clip.last_speech
         slot.started = time.monotonic()
@@ -288,6 +297,10 @@ def feed(listeners: list[Listener], slots: list[Slot]) -> None:
             if start <= speech_end < start + chunk:
                 slot.speech_written = time.monotonic()
             written += min(chunk, audio.size - start)
+        for listener, before in zip(others, cpu_before, strict=True):
+            idle[listener.end] += cpu_seconds(listener.proc.pid) - before
+            idle_wall[listener.end] += time.monotonic() - wall_before
+    return {end: idle[end] / idle_wall[end] if idle_wall[end] else 0.0 for end in idle}
 
 
 def assign(listener: Listener, slots: list[Slot]) -> None:
@@ -303,6 +316,10 @@ def assign(listener: Listener, slots: list[Slot]) -> None:
             owner.heard.append((arrived, str(doc.get("text", ""))))
             if owner.vad_end_s is None:
                 owner.vad_end_s = float(doc.get("end", 0.0))
+            if owner.decided_s is None and doc.get("time") is not None:
+                # Judged complete, the turn stays open for a continuation: the transcript's own time
+                # is where it was decided, the turn's end comes later.
+                owner.decided_s = float(doc["time"])
         elif doc.get("event") == "turn_end" and owner.decided_s is None:
             owner.decided_s = float(doc.get("time", 0.0))
 
@@ -356,7 +373,7 @@ def summarise(measured: dict[str, Any], clips: list[TurnClip]) -> dict[str, Any]
         decided: list[float] = []
         by_kind: dict[str, list[float]] = {"one": [], "two": []}
         for slot in slots:
-            text = " ".join(t for _, t in slot.heard)
+            text = final_text(slot)
             got, of = kept(" ".join(slot.clip.sentences), text)
             kept_words += got
             total_words += of
@@ -367,7 +384,9 @@ def summarise(measured: dict[str, Any], clips: list[TurnClip]) -> dict[str, Any]
             if last_got * 2 < last_of:
                 cut += 1  # its end of speech is not the clip's: no latency to measure
                 continue
-            latency = slot.heard[0][0] - slot.speech_written
+            # The line that completes the turn: a continuation (`listen.turn_grace_ms`) comes after
+            # the first transcript, and it is the one that ends at the clip's end of speech.
+            latency = slot.heard[-1][0] - slot.speech_written
             latencies.append(latency)
             if slot.vad_end_s is not None and slot.decided_s is not None:
                 vad_lag.append(slot.vad_end_s - slot.speech_end_s)
@@ -381,8 +400,9 @@ def summarise(measured: dict[str, Any], clips: list[TurnClip]) -> dict[str, Any]
             "cut_short": cut, "missed": missed, "latencies_s": [round(x, 3) for x in latencies],
             "vad_end_lag_p50_s": percentile(vad_lag, 50), "decided_after_p50_s": percentile(decided, 50),
             "cpu_cores": measured["cpu_s"][end] / measured["wall_s"], "cpu_s": measured["cpu_s"][end],
+            "idle_cores": measured["idle_cores"][end],
             "peak_rss_mb": measured["peak_rss_mb"][end],
-            "heard": [[s.clip.name, " ".join(t for _, t in s.heard)] for s in slots],
+            "heard": [[s.clip.name, " | ".join(t for _, t in s.heard)] for s in slots],
         }
     vad, model = result["vad"], result["model"]
     result["ratio_p50"] = model["p50_s"] / vad["p50_s"]
@@ -399,11 +419,17 @@ def summarise(measured: dict[str, Any], clips: list[TurnClip]) -> dict[str, Any]
     return result
 
 
+def final_text(slot: Slot) -> str:
+    """What the turn was heard as in the end: its last transcript (a `continued` one is the whole
+    command again and replaces the first)."""
+    return slot.heard[-1][1] if slot.heard else ""
+
+
 def two_sentence_words(slots: list[Slot]) -> float:
     got = of = 0
     for slot in slots:
         if len(slot.clip.sentences) > 1:
-            g, o = kept(" ".join(slot.clip.sentences), " ".join(t for _, t in slot.heard))
+            g, o = kept(" ".join(slot.clip.sentences), final_text(slot))
             got, of = got + g, of + o
     return got / of if of else float("nan")
 
@@ -429,7 +455,9 @@ def report(result: dict[str, Any]) -> list[str]:
                      f"the rest is Whisper, the model and any backlog")
     extra = result["model_extra_cpu_per_turn_s"]
     lines.append(f"  CPU: the model's process used {extra:+.3f} s more per turn than the VAD-only one "
-                 f"(both run the wake word and the VAD all along)")
+                 f"(both run the wake word and the VAD all along); while the other's clip ran, the idle "
+                 f"one took {result['vad']['idle_cores']:.3f} (vad) and {result['model']['idle_cores']:.3f} "
+                 f"(model) cores")
     goals = ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in result["goals"].items())
     lines.append(f"  goals (model): {goals}")
     for end in ENDS:
