@@ -529,7 +529,10 @@ def _early_check(name: str, declared: int | None, max_seconds: float | None,
         except AudioError:
             return len(body) >= HEADER_BYTES  # not all there yet, or not a WAV: decode_wav says
         size = header.data_bytes
-        if size + header.data_offset == len(body):  # a stream's unknown size, counted so far
+        # A stream's unknown size (ffmpeg writing to a pipe states 0xFFFFFFFF, Home Assistant's
+        # media proxy does that): counted so far, or still the placeholder while the body has
+        # reached no further than the header.
+        if size in (0, 0xFFFFFFFF) or size + header.data_offset == len(body):
             if declared is None:
                 return False  # judged at the end
             size = declared - header.data_offset

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from edge_agent.daemon import Daemon
-from edge_agent.esphome.media import MAX_FETCHES
+from edge_agent.esphome.media import MAX_FETCHES, fetch_audio
 from tests.esphome_support import connected, run_daemon
 from tests.media_servers import AbusiveMedia, abusive_media
 from tests.mqtt_support import wait_until
@@ -168,3 +168,12 @@ def test_a_connection_that_closes_has_its_stalled_fetch_cut_at_once(
     assert time.monotonic() - start < 5.0  # not the 30 s media timeout
     assert patient.esphome is not None
     wait_until(lambda: patient.esphome.assistant.budget.running == 0, timeout=5, what="the place freed")
+
+
+def test_a_streamed_wav_whose_header_arrives_alone_is_played_not_refused_as_too_long(
+        abusive: AbusiveMedia) -> None:
+    # Home Assistant's ffmpeg proxy states no size (0xFFFFFFFF) and its first chunk can be the
+    # header alone: taken for 27 hours of audio, every announcement through it was refused.
+    fetched = fetch_audio(abusive.url("streamed"), max_bytes=16 << 20, timeout_s=10, max_seconds=600)
+    assert fetched.sample_rate == 16000
+    assert len(fetched.samples) == 16000
