@@ -235,21 +235,25 @@ def test_listen_front_end_over_a_file_gives_the_events_of_the_same_audio_on_the_
         input=encode_pcm_frames(frames), capture_output=True, timeout=300, check=False)
     assert live.returncode == 0, live.stderr.decode()
 
+    decided = ("transcript", "turn_end")
+
     def events(out: str) -> list[tuple[object, ...]]:
-        # A turn's end is decided at the end of the block that carries it (a file's blocks are
-        # 0.5 s, the pipe's 30 ms, with or without the front end): its time is compared to 50 ms.
+        # A transcript and a turn's end are decided at the end of the block that carries the
+        # decision (a file's blocks are 0.5 s, the pipe's 30 ms, with or without the front end),
+        # and a complete turn stays open for the hangover after its transcript: their times are
+        # compared to within one file block.
         docs = [json.loads(line) for line in out.splitlines()]
         return [(d["event"], d.get("model"), d.get("reason"), d.get("text"), d.get("start"), d.get("end"),
-                 d.get("time") if d["event"] != "turn_end" else None) for d in docs]
+                 d.get("time") if d["event"] not in decided else None) for d in docs]
 
     def ends(out: str) -> list[float]:
-        return [d["time"] for d in map(json.loads, out.splitlines()) if d["event"] == "turn_end"]
+        return [d["time"] for d in map(json.loads, out.splitlines()) if d["event"] in decided]
 
     heard = events(from_file.stdout)
     assert [e[0] for e in heard] == ["wake", "transcript", "turn_end"]
     assert "kitchen lights" in str(heard[1][3]).lower()
     assert heard == events(live.stdout.decode())
-    assert ends(from_file.stdout) == pytest.approx(ends(live.stdout.decode()), abs=0.05)
+    assert ends(from_file.stdout) == pytest.approx(ends(live.stdout.decode()), abs=0.5)
 
 
 def encode_pcm_frames(frames: np.ndarray) -> bytes:
