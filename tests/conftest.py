@@ -67,6 +67,26 @@ def broker(tmp_path: Path) -> Iterator[Any]:
         yield running
 
 
+@pytest.fixture
+def everything(broker: Any) -> Iterator[Any]:
+    """Every message on the broker, from the start of the test."""
+    from tests.mqtt_support import Watcher
+
+    w = Watcher(broker.url, topic="#")
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def producer(broker: Any) -> Iterator[Any]:
+    """A client that publishes to the broker."""
+    from tests.mqtt_support import Producer
+
+    p = Producer(broker.url)
+    yield p
+    p.close()
+
+
 class SmallDisk:
     """A real 2 MiB tmpfs: `fill()` takes every free byte, `free()` gives it back."""
 

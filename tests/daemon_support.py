@@ -32,3 +32,29 @@ class HearingDaemon:
         self.daemon.stop()
         self.thread.join(60)
         assert not self.thread.is_alive(), "the daemon did not stop"
+
+
+class MqttDaemon:
+    """`edge-agent run` in this process with a tone for a voice and no listener, connected and
+    subscribed to a real mosquitto: for tests of what it answers on MQTT."""
+
+    def __init__(self, tmp_path: Path, broker: Any, overrides: dict[str, Any] | None = None, *,
+                 per_sentence_s: float | None = None, **daemon_kwargs: Any) -> None:
+        config = device_config(tmp_path / "device.yaml", tmp_path)
+        source = SettingsSource(config, {"mqtt.broker": broker.url, "device.id": "dev1",
+                                         "daemon.out_dir": str(tmp_path / "out"),
+                                         "mqtt.reconnect_max_s": 1.0, **(overrides or {})})
+        tone = {} if per_sentence_s is None else {"per_sentence_s": per_sentence_s}
+        self.daemon = Daemon(source, synthesizer_factory=lambda s: ToneSynth(**tone), **daemon_kwargs)
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.daemon.run()), daemon=True)
+        self.thread.start()
+        wait_until(lambda: self.daemon.bridge is not None and self.daemon.bridge.connected
+                   and self.daemon.bridge.wait_subscribed(0.1), what="connect and subscribe")
+
+    def counters(self) -> dict[str, int]:
+        return dict(self.daemon.metrics.snapshot()["counters"])
+
+    def stop(self) -> None:
+        self.daemon.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive()

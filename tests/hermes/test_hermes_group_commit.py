@@ -4,22 +4,19 @@ spoken once and answered. Against the daemon on a real mosquitto, the journal on
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import json
 import os
 import signal
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
 from edge_agent.atomic import AppendFile
-from edge_agent.daemon import Daemon, SettingsSource
 from edge_agent.faults import CRASH_ENV
-from tests.mqtt_support import DaemonProcess, Producer, ToneSynth, Watcher, device_config, wait_until
+from tests.daemon_support import MqttDaemon
+from tests.mqtt_support import DaemonProcess, Producer, Watcher, wait_until
 
 SAYS = 40
 NOTIFIES = 10
@@ -41,35 +38,9 @@ class CountingFile(AppendFile):
         return os.write(fd, data)
 
 
-class InProcess:
-    def __init__(self, tmp_path: Path, broker: Any, **kwargs: Any) -> None:
-        config = device_config(tmp_path / "device.yaml", tmp_path)
-        source = SettingsSource(config, {"mqtt.broker": broker.url, "device.id": "dev1",
-                                         "daemon.out_dir": str(tmp_path / "out"), "mqtt.ha_discovery": True,
-                                         "hermes.enabled": True, "hermes.site_id": "kitchen",
-                                         "wake.chime": False})
-        self.daemon = Daemon(source, synthesizer_factory=lambda s: ToneSynth(per_sentence_s=0.01), **kwargs)
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.daemon.run()), daemon=True)
-        self.thread.start()
-        wait_until(lambda: self.daemon.bridge is not None and self.daemon.bridge.connected
-                   and self.daemon.bridge.wait_subscribed(0.1), what="connect and subscribe")
-
-    def stop(self) -> None:
-        self.daemon.stop()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
-
-
-@pytest.fixture
-def everything(broker: Any) -> Iterator[Watcher]:
-    w = Watcher(broker.url, topic="#")
-    yield w
-    w.close()
-
-
 def test_says_and_notifies_that_waited_in_the_broker_are_journaled_together_and_each_spoken_once(
         tmp_path: Path, broker: Any, everything: Watcher) -> None:
-    InProcess(tmp_path, broker).stop()  # its session now holds the subscriptions
+    _kitchen(tmp_path, broker).stop()  # its session now holds the subscriptions
     producer = Producer(broker.url)
     try:
         for i in range(SAYS):
@@ -81,7 +52,7 @@ def test_says_and_notifies_that_waited_in_the_broker_are_journaled_together_and_
     finally:
         producer.close()
     CountingFile.accepts_per_write = []
-    running = InProcess(tmp_path, broker, journal_file=CountingFile)
+    running = _kitchen(tmp_path, broker, journal_file=CountingFile)
     try:
         finished = everything.wait("hermes/tts/sayFinished", count=SAYS, timeout=60)
         everything.wait("edge/dev1/announce/status", lambda d: d["state"] == "done"
@@ -135,3 +106,10 @@ def test_a_crash_between_a_journaled_batch_of_says_and_its_acknowledgements_lose
         daemon.close()
     assert collections.Counter(daemon.spoken()) == collections.Counter(f"hermes:{s}" for s in says)
     assert sorted(d["id"] for d in finished) == says  # one each, the first delivery's
+
+
+def _kitchen(tmp_path: Path, broker: Any, **daemon_kwargs: Any) -> MqttDaemon:
+    """The device with Home Assistant discovery and Hermes for site kitchen, in this process."""
+    return MqttDaemon(tmp_path, broker, {"mqtt.ha_discovery": True, "hermes.enabled": True,
+                                         "hermes.site_id": "kitchen", "wake.chime": False},
+                      per_sentence_s=0.01, **daemon_kwargs)

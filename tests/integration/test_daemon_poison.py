@@ -5,15 +5,13 @@ announcement right after it is spoken."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from edge_agent.daemon import Daemon, SettingsSource
-from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, wait_until
+from tests.daemon_support import MqttDaemon
+from tests.mqtt_support import Producer, Watcher
 
 HUGE = "9" * 4400
 """Past `sys.get_int_max_str_digits()`: `int()` raises ValueError."""
@@ -21,32 +19,11 @@ LONG = "9" * 400
 """An int Python holds, but `float()` overflows."""
 
 
-class InProcess:
-    def __init__(self, tmp_path: Path, broker: Any, overrides: dict[str, Any]) -> None:
-        config = device_config(tmp_path / "device.yaml", tmp_path)
-        source = SettingsSource(config, {"mqtt.broker": broker.url, "device.id": "dev1",
-                                         "daemon.out_dir": str(tmp_path / "out"),
-                                         "mqtt.reconnect_max_s": 1.0, **overrides})
-        self.daemon = Daemon(source, synthesizer_factory=lambda s: ToneSynth())
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.daemon.run()), daemon=True)
-        self.thread.start()
-        wait_until(lambda: self.daemon.bridge is not None and self.daemon.bridge.connected
-                   and self.daemon.bridge.wait_subscribed(0.1), what="connect and subscribe")
-
-    def counters(self) -> dict[str, int]:
-        return dict(self.daemon.metrics.snapshot()["counters"])
-
-    def stop(self) -> None:
-        self.daemon.stop()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
-
-
 def _raw(doc: str) -> bytes:
     return doc.encode()
 
 
-def _delivered_once(running: InProcess) -> None:
+def _delivered_once(running: MqttDaemon) -> None:
     counters = running.counters()
     assert counters["mqtt_connects"] == 1, counters  # never dropped the connection for a redelivery
     assert counters.get("mqtt_inbound_dropped", 0) == 0  # the adapters answered; the bridge had no work
@@ -55,7 +32,7 @@ def _delivered_once(running: InProcess) -> None:
 @pytest.mark.parametrize("number", [HUGE, LONG], ids=["4400-digits", "400-digits"])
 def test_a_poison_announcement_is_rejected_once_and_the_next_one_is_spoken(
         tmp_path: Path, broker: Any, everything: Watcher, producer: Producer, number: str) -> None:
-    running = InProcess(tmp_path, broker, {})
+    running = MqttDaemon(tmp_path, broker, {})
     try:
         poison = f'{{"id": "poison-1", "text": "Hi.", "volume": {number}}}'
         producer.publish("edge/dev1/announce", _raw(poison))
@@ -72,7 +49,7 @@ def test_a_poison_announcement_is_rejected_once_and_the_next_one_is_spoken(
 
 def test_a_poison_notify_from_home_assistant_is_rejected_once_and_the_next_one_is_spoken(
         tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
-    running = InProcess(tmp_path, broker, {"mqtt.ha_discovery": True})
+    running = MqttDaemon(tmp_path, broker, {"mqtt.ha_discovery": True})
     try:
         poison = f'{{"id": "ha-poison", "text": "Hi.", "priority": {HUGE}}}'
         producer.publish("edge/dev1/ha/notify", _raw(poison))
@@ -92,7 +69,7 @@ def test_a_poison_notify_from_home_assistant_is_rejected_once_and_the_next_one_i
 
 def test_a_poison_say_on_the_shared_hermes_topic_is_answered_once_and_the_next_say_is_spoken(
         tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
-    running = InProcess(tmp_path, broker, {"hermes.enabled": True, "hermes.site_id": "kitchen",
+    running = MqttDaemon(tmp_path, broker, {"hermes.enabled": True, "hermes.site_id": "kitchen",
                                            "wake.chime": False})
     try:
         # Another site's say, and one for us; both carry the integer.

@@ -5,54 +5,20 @@ it, and nothing the device publishes is anything but strict JSON (no NaN, no Inf
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from edge_agent.daemon import Daemon, SettingsSource
-from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, wait_until
+from tests.daemon_support import MqttDaemon
+from tests.mqtt_support import Producer, Watcher
 
 HUGE = "9" * 4400
 """Past `sys.get_int_max_str_digits()`: `int()` raises ValueError, json decodes it as infinite."""
 DEEP = "[" * 20_000 + "]" * 20_000
 """Past the JSON decoder's recursion limit: RecursionError."""
-
-
-class InProcess:
-    def __init__(self, tmp_path: Path, broker: Any, overrides: dict[str, Any]) -> None:
-        config = device_config(tmp_path / "device.yaml", tmp_path)
-        source = SettingsSource(config, {"mqtt.broker": broker.url, "device.id": "dev1",
-                                         "daemon.out_dir": str(tmp_path / "out"),
-                                         "mqtt.reconnect_max_s": 1.0, **overrides})
-        self.daemon = Daemon(source, synthesizer_factory=lambda s: ToneSynth())
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.daemon.run()), daemon=True)
-        self.thread.start()
-        wait_until(lambda: self.daemon.bridge is not None and self.daemon.bridge.connected
-                   and self.daemon.bridge.wait_subscribed(0.1), what="connect and subscribe")
-
-    def stop(self) -> None:
-        self.daemon.stop()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
-
-
-@pytest.fixture
-def everything(broker: Any) -> Iterator[Watcher]:
-    w = Watcher(broker.url, topic="#")
-    yield w
-    w.close()
-
-
-@pytest.fixture
-def producer(broker: Any) -> Iterator[Producer]:
-    p = Producer(broker.url)
-    yield p
-    p.close()
 
 
 def _strict(payload: bytes) -> Any:
@@ -74,15 +40,15 @@ def _all_published_strict_json(everything: Watcher) -> None:
 
 
 @pytest.fixture
-def kitchen(tmp_path: Path, broker: Any) -> Iterator[InProcess]:
-    running = InProcess(tmp_path, broker, {"hermes.enabled": True, "hermes.site_id": "kitchen",
+def kitchen(tmp_path: Path, broker: Any) -> Iterator[MqttDaemon]:
+    running = MqttDaemon(tmp_path, broker, {"hermes.enabled": True, "hermes.site_id": "kitchen",
                                            "wake.chime": False})
     yield running
     running.stop()
 
 
 def test_a_say_with_a_nan_volume_gets_its_say_finished_and_a_rejection_naming_the_field(
-        kitchen: InProcess, everything: Watcher, producer: Producer) -> None:
+        kitchen: MqttDaemon, everything: Watcher, producer: Producer) -> None:
     producer.publish("hermes/tts/say", b'{"text": "Hi.", "siteId": "garage", "id": "g-nan", "volume": NaN}')
     producer.publish("hermes/tts/say", b'{"text": "Hi.", "siteId": "kitchen", "id": "k-nan", '
                                        b'"sessionId": "s-1", "volume": NaN}')
@@ -100,7 +66,7 @@ def test_a_say_with_a_nan_volume_gets_its_say_finished_and_a_rejection_naming_th
 
 
 def test_a_say_whose_id_cannot_be_carried_back_is_refused_with_a_reason_never_echoed_as_infinity(
-        kitchen: InProcess, everything: Watcher, producer: Producer, tmp_path: Path) -> None:
+        kitchen: MqttDaemon, everything: Watcher, producer: Producer, tmp_path: Path) -> None:
     producer.publish("hermes/tts/say", f'{{"text": "Hi.", "siteId": "kitchen", "id": {HUGE}, '
                                        f'"sessionId": "s-huge"}}'.encode())
     producer.publish("hermes/tts/say", b'{"text": "Hi.", "siteId": "kitchen", "id": 1.5, '
@@ -119,7 +85,7 @@ def test_a_say_whose_id_cannot_be_carried_back_is_refused_with_a_reason_never_ec
 
 
 def test_a_say_nested_too_deeply_is_answered_with_the_id_a_tolerant_look_reads(
-        kitchen: InProcess, everything: Watcher, producer: Producer) -> None:
+        kitchen: MqttDaemon, everything: Watcher, producer: Producer) -> None:
     producer.publish("hermes/tts/say", f'{{"text": {DEEP}, "siteId": "garage", "id": "g-deep"}}'.encode())
     producer.publish("hermes/tts/say", f'{{"siteId": "kitchen", "text": {DEEP}, "id": "k-deep", '
                                        f'"sessionId": "s-deep"}}'.encode())
@@ -145,7 +111,7 @@ def test_an_announcement_a_strict_parser_refuses_is_rejected_with_the_producers_
         tmp_path: Path, broker: Any, everything: Watcher, producer: Producer, payload: bytes,
         reason: str) -> None:
     ann_id = _strict_id(payload)
-    running = InProcess(tmp_path, broker, {})
+    running = MqttDaemon(tmp_path, broker, {})
     try:
         producer.publish("edge/dev1/announce", payload)
         (rejected,) = everything.wait("edge/dev1/announce/status", lambda d: d["id"] == ann_id)
