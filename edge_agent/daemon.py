@@ -28,11 +28,8 @@ from edge_agent.announce.journal import Journal
 from edge_agent.announce.pipeline import Announcer, Speaking
 from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, play_chime, remove_partials
 from edge_agent.asr.manifest import EXPORT_HINT
-from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.atomic import AppendFile
-from edge_agent.audio.beamform import Beamformer
 from edge_agent.audio.command import stop_all as stop_commands
-from edge_agent.audio.frontend import FrontEndSource
 from edge_agent.audio.reference import PlaybackReference, ReferenceSink
 from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
 from edge_agent.audio.sources import CommandSource, PipeSource, release_pipes
@@ -43,23 +40,29 @@ from edge_agent.fleet.manager import ActiveConfig, FleetManager, Report
 from edge_agent.hermes.adapter import HermesAdapter
 from edge_agent.homeassistant.adapter import HomeAssistantAdapter
 from edge_agent.homeassistant.discovery import HaTopics
-from edge_agent.listen.hearing import HearingLoop, WakeFilter, build_hearing
+from edge_agent.listen.loop import HearingLoop
+from edge_agent.listen.microphone import WakeFilter
 from edge_agent.listen.remote import RemoteRouter, RemoteTurns
 from edge_agent.listen.turn import Conversation, HearObserver
 from edge_agent.metrics import Metrics
-from edge_agent.models import ModelStore, load_catalog
+from edge_agent.models import load_catalog
 from edge_agent.mqtt.bridge import Bridge
 from edge_agent.mqtt.hearing import HearPublisher
 from edge_agent.mqtt.outbox import KEEP, KEEP_LEAST, KEEP_MOST, Message
 from edge_agent.mqtt.topics import Topics
-from edge_agent.offload.client import make_synthesizer
-from edge_agent.providers import for_use
+from edge_agent.parts import (
+    asr_present,
+    build_hearing,
+    load_transcriber,
+    load_wake_models,
+    model_store,
+    routed_synthesizer,
+    wyoming_service,
+)
 from edge_agent.sendspin.cues import MusicCues
-from edge_agent.tts.local import LocalSynthesizer
-from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Synthesizer
 from edge_agent.wyoming.satellite import SatelliteService
-from edge_agent.wyoming.service import WyomingService, load_transcriber, load_wake
+from edge_agent.wyoming.service import WyomingService
 
 if TYPE_CHECKING:
     from edge_agent.esphome.service import EsphomeService
@@ -78,19 +81,6 @@ SynthesizerFactory = Callable[[Settings], Synthesizer]
 HearingFactory = Callable[[Settings, WakeFilter], HearingLoop | None]
 
 
-def local_synthesizer(settings: Settings) -> Synthesizer:
-    """The on-device voice (the offload router implements the same protocol)."""
-    store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
-    return LocalSynthesizer(VoiceRegistry(store, settings.tts, accel=for_use(settings, "tts")), settings.tts)
-
-
-def routed_synthesizer(settings: Settings) -> Synthesizer:
-    """The offload router: the server's voice when `offload` says so and it is healthy, the local
-    voice otherwise (sentence by sentence, each spoken once)."""
-    store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
-    return make_synthesizer(settings, store)
-
-
 def hearing_loop(settings: Settings, accept_wake: WakeFilter,
                  reference: PlaybackReference | None = None) -> HearingLoop | None:
     """Microphone -> wake word -> VAD -> Whisper, when an exported ASR model is present (None otherwise).
@@ -101,11 +91,10 @@ def hearing_loop(settings: Settings, accept_wake: WakeFilter,
     hears through the front end, `reference` (what the loudspeaker plays) cancelled; a file shares
     no clock with the loudspeaker and is heard without it.
     """
-    if not (resolve_export_dir(settings.asr, settings.models) / "manifest.json").is_file():
+    if not asr_present(settings):
         return None
-    store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
-    # The configured input, opened once the models load; the front end hears only a live one.
-    return build_hearing(settings, store, None, accept_wake, reference)
+    # The configured input, opened once the models load.
+    return build_hearing(settings, model_store(settings), None, accept_wake, reference)
 
 
 @dataclass(frozen=True)
@@ -542,11 +531,8 @@ class Daemon:
         self.listening = {"mode": mode, "state": "listening"}
         if mode == "wake":
             self.listening["wake_words"] = list(settings.wake.models)
-        if isinstance(self.listener, HearingLoop):
-            self.listener.hearing.stream_turns = self.remote.streaming
-        source = getattr(self.listener, "source", None)
-        if isinstance(source, FrontEndSource):
-            source = source.source  # the microphone the front end hears
+        self.listener.hearing.stream_turns = self.remote.streaming
+        source = self.listener.microphone.input
         if isinstance(source, (CommandSource, PipeSource)):
             listener = self.listener
             source.on_trouble = lambda problem: self._input_trouble(listener, problem)
@@ -555,8 +541,8 @@ class Daemon:
             self.listener = None
             self.listening = {"mode": mode, "state": "muted"}
             return
-        mixer = getattr(source, "mixer", None)
-        if isinstance(mixer, Beamformer):
+        mixer = self.listener.microphone.beamformer
+        if mixer is not None:
             hearing = self.listener
             mixer.on_problem = lambda problem: self._input_channels(hearing, problem)
             if mixer.problem:
@@ -598,16 +584,18 @@ class Daemon:
                 transcriber = await asyncio.to_thread(load_transcriber, self.settings)
             except EdgeError as exc:
                 log.warning("wyoming: no speech to text: %s", exc)
-        wake = await asyncio.to_thread(load_wake, self.settings)
+        wake = await asyncio.to_thread(load_wake_models, self.settings)
         satellite = None
         if self.settings.wyoming.satellite:
             waking = self.settings.listen.mode == "wake" and self.settings.daemon.listen
-            satellite = SatelliteService(self.settings, self.announcements, self._end_streamed_turn,
-                                         list(self.settings.wake.models) if waking else [],
+            wake_words = list(self.settings.wake.models) if waking else []
+            satellite = SatelliteService(self.settings.wyoming, self.device, self.announcements,
+                                         self._end_streamed_turn, wake_words,
+                                         max_audio_s=self.settings.announcements.max_audio_s,
                                          on_transcript=self.turns.remote_heard,
                                          no_answer=self.turns.unanswered,
                                          on_change=lambda: self._publish(self._status_message("online")))
-        service = WyomingService(self.settings, lambda: self.synth, transcriber, wake, satellite)
+        service = wyoming_service(self.settings, lambda: self.synth, transcriber, wake, satellite)
         try:
             await service.start()
         except OSError as exc:

@@ -6,7 +6,18 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class LoggingSettings:
+    """Log output."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    """Lowest level logged."""
+    json: bool = False
+    """One JSON object per line (the daemon's default under systemd)."""
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 

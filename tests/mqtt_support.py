@@ -499,7 +499,7 @@ class FleetDevice:
     def scale(self) -> float:
         """Run the model the store serves now: it multiplies by its version's scale."""
         from edge_agent.models import ModelStore, load_catalog
-        from edge_agent.onnxsessions import make_session
+        from edge_agent.runtime.sessions import make_session
 
         settings = self.source.build(self.fm.active.layer)
         store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))

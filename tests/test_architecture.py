@@ -30,8 +30,9 @@ FLOWS = (*HEARING, *SPEAKING, "listen", "mqtt", *ADAPTERS, "announce", "offload"
          "commands", "daemon", "cli")
 OFFLOAD = "edge_agent.offload"
 WIRE, CLIENT, SERVER = (f"{OFFLOAD}.{side}" for side in ("wire", "client", "server"))
-OFFLOAD_PUBLIC = frozenset({OFFLOAD, WIRE, CLIENT, SERVER})
-"""What code outside `offload/` may import: the side packages, whose `__all__` are the entry points."""
+OFFLOAD_PUBLIC = frozenset({OFFLOAD, WIRE, CLIENT, SERVER, f"{OFFLOAD}.settings"})
+"""What code outside `offload/` may import: the side packages, whose `__all__` are the entry points,
+and the settings sections (`config` assembles them without loading either side)."""
 GROUND = ("audio", "errors", "homes")
 """All `audio/` may import of ours: itself (its settings are `audio/settings.py`), the errors, and
 where state lives by default (`homes`); not `config`, which assembles everything above it."""
@@ -40,6 +41,59 @@ TOOLS = ("exporters", "benchmarks")
 NEVER = (*TOOLS, "torch", "torchaudio", "whisper", "silero_vad")
 """Top-level packages the runtime must not import: the exporter and the benchmarks, and what pulls
 torch in (openai-whisper's `whisper`, the `silero_vad` package; the runtime reads Silero's ONNX file)."""
+FLOORS = (
+    ("edge_agent", "errors", "homes", "faults", "atomic", "checks", "endpoints", "typedtree", "safeyaml",
+     "logs", "text", "audio", "device", "netclose", "mdns", "metrics", "controls", "runtime"),
+    ("models",),
+    ("vad", "wake", "asr", "tts"),
+    ("listen", "announce", "offload", "fleet"),
+    ("mqtt",),
+    ADAPTERS,
+    ("config",),
+    ("parts", "daemon", "commands", "cli", "configref", "__main__"),
+)
+"""The floors of `edge_agent`, ground first: a module imports its own floor and those below, never
+one above. The ground holds what every flow shares (audio, text, errors, where state lives, the
+runtime's providers); then the model store; hearing and speaking; the flows built on them (the
+listener, the announcer, offload, the fleet); the MQTT transport; the adapters beside it;
+`config`, which assembles every package's settings section; and the wiring (`parts` loads the
+models the adapters are handed, `daemon`, the commands). Every package has a floor: a new one must
+be placed here."""
+WIRING = FLOORS[-1]
+"""The only floor that imports `config` (the whole `Settings`): below it each package is handed its
+own section."""
+
+
+def floor(module: str) -> int:
+    """The floor of an `edge_agent` module (by its package, or its own name at the top level)."""
+    parts = module.split(".")
+    name = parts[1] if len(parts) > 1 else "edge_agent"
+    for level, names in enumerate(FLOORS):
+        if name in names:
+            return level
+    raise AssertionError(f"{module}: no floor in FLOORS (place its package there)")
+
+
+def upward(deps: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Modules importing an `edge_agent` module on a higher floor than their own, with what they import."""
+    bad = {name: sorted(d for d in targets if within(d, "edge_agent") and floor(d) > floor(name))
+           for name, targets in deps.items()}
+    return {name: found for name, found in bad.items() if found}
+
+
+def package_cycles(deps: dict[str, set[str]], depth: int = 2) -> list[list[str]]:
+    """Import cycles among folders (the first `depth` parts of each name: `edge_agent.asr`), which
+    a cycle-free module graph may still have (asr.x -> config -> asr.settings)."""
+    folders: dict[str, set[str]] = {}
+    for name, targets in deps.items():
+        mine = ".".join(name.split(".")[:depth])
+        folders.setdefault(mine, set()).update(
+            ".".join(d.split(".")[:depth]) for d in targets if within(d, "edge_agent"))
+    for name, targets in folders.items():
+        targets.discard(name)
+    return cycles(folders)
+
+
 KNOWN_INTERNALS = {"edge_agent.homeassistant.discovery": ["t._own"]}
 """Breaches of the internals rule found when it was written, left to their owners: each must still
 be real (so a fix removes its entry), and no new one may appear."""
@@ -189,6 +243,29 @@ def test_no_import_cycle_among_edge_agent_modules():
     assert cycles(DEPS) == []
 
 
+def test_no_import_cycle_among_edge_agent_folders():
+    assert package_cycles(DEPS) == []
+
+
+def test_every_module_has_a_floor_and_none_imports_from_a_higher_one():
+    assert {floor(name) for name in DEPS} == set(range(len(FLOORS)))
+    assert upward(DEPS) == {}
+
+
+def test_below_the_wiring_no_module_imports_config():
+    below = tuple(n for n in DEPS if floor(n) < len(FLOORS) - 1)
+    assert {name: found for name, found in offenders(DEPS, "edge_agent", ("edge_agent.config",)).items()
+            if name in below} == {}
+
+
+def test_one_listening_loop():
+    """The hearing loop (`listen.loop`) is the only pump from audio to transcripts: asr recognises an
+    utterance and drives nothing."""
+    pumps = sorted(name for name, targets in DEPS.items() if "edge_agent.audio.pump" in targets)
+    assert pumps == ["edge_agent.listen.loop"]
+    assert offenders(DEPS, "edge_agent.asr", ours("listen", "audio.pump", "audio.sources")) == {}
+
+
 def test_audio_is_the_ground_and_imports_only_its_own_types_settings_and_errors():
     assert beyond(DEPS, "edge_agent.audio", ours(*GROUND)) == {}
 
@@ -278,6 +355,21 @@ def test_the_rules_catch_hidden_relative_and_cyclic_imports(tmp_path: Path):
     assert found == {"edge_agent.audio.play": ["edge_agent.tts.voice"]}
     assert beyond(deps, "edge_agent.audio", ours(*GROUND)) == found
     assert offenders(deps, "edge_agent", NEVER) == {"edge_agent.tts.voice": ["torch.nn"]}
+
+
+def test_the_floor_rules_catch_an_upward_import_and_a_folder_cycle(tmp_path: Path):
+    pkg = tmp_path / "edge_agent"
+    for folder in ("asr", "config"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "asr" / "settings.py").write_text("")
+    (pkg / "asr" / "transcriber.py").write_text("from edge_agent.config.load import Settings\n")
+    (pkg / "config" / "load.py").write_text("from edge_agent.asr.settings import AsrSettings\n")
+    deps = graph(tmp_path)
+    assert cycles(deps) == []  # no module cycle: the folders make one
+    assert package_cycles(deps) == [["edge_agent.asr", "edge_agent.config"]]
+    assert upward(deps) == {"edge_agent.asr.transcriber": ["edge_agent.config.load"]}
 
 
 def test_the_public_rule_catches_a_reach_into_an_offload_module(tmp_path: Path):

@@ -1,28 +1,15 @@
-"""Listening: audio source -> VAD segmenter -> Whisper, one transcript per utterance as it ends.
-
-`Transcriber` turns one `Utterance` into a `Transcript` (or None when Whisper
-hears no speech in it); `Transcribing` is that as a push/flush stage, and
-`TranscribingLoop` pumps a source through it in one worker thread (`audio.pump`): the
-VAD costs microseconds a frame, so while Whisper works on one utterance the
-source's own queue (the sound card's) holds the audio that keeps coming.
-"""
+"""Whisper over one utterance: `Transcriber` turns a VAD `Utterance` into a `Transcript`, or None
+when Whisper hears no speech in it. The loop that feeds it utterances is the listener's
+(`listen/`): this package only recognises."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from edge_agent.asr.settings import AsrSettings
 from edge_agent.asr.whisper import Padding, WhisperOnnx
-from edge_agent.audio.frames import Samples
-from edge_agent.audio.pump import Pump
-from edge_agent.audio.sources import AudioSource, open_source
-from edge_agent.config import Settings
-from edge_agent.models.store import ModelStore
-from edge_agent.providers import for_use
-from edge_agent.vad import make_segmenter
-from edge_agent.vad.classifiers import SAMPLE_RATE
-from edge_agent.vad.segmenter import Segmenter, Utterance
+from edge_agent.vad.segmenter import Utterance
 
 log = logging.getLogger(__name__)
 
@@ -79,88 +66,3 @@ class Transcriber:
             no_speech_prob=result.no_speech_prob, avg_logprob=result.avg_logprob, asr_s=asr_s,
             latency_s=(utterance.ended_at - utterance.end) + asr_s, cut=utterance.cut,
         )
-
-
-@dataclass
-class TranscribingStats:
-    """Counts since the listener started."""
-
-    audio_s: float = 0.0
-    utterances: int = 0
-    transcripts: int = 0
-    latencies: list[float] = field(default_factory=list)
-
-
-class Transcribing:
-    """The push/flush stage of a listener: VAD utterances in, transcripts out."""
-
-    def __init__(self, segmenter: Segmenter, transcriber: Transcriber) -> None:
-        self.segmenter = segmenter
-        self.transcriber = transcriber
-        self.stats = TranscribingStats()
-
-    def push(self, block: Samples) -> list[Transcript]:
-        return self._transcribe_all(self.segment(block))
-
-    def segment(self, block: Samples) -> list[Utterance]:
-        """The utterances that ended in `block`, not yet transcribed (a caller that already
-        decoded one, `listen.hearing`'s speculative decode, transcribes the rest itself)."""
-        self.stats.audio_s += block.size / SAMPLE_RATE
-        return self.segmenter.push(block)
-
-    def flush(self) -> list[Transcript]:
-        return self._transcribe_all(self.segmenter.flush())
-
-    def _transcribe_all(self, utterances: list[Utterance]) -> list[Transcript]:
-        heard = (self.transcribe(u) for u in utterances)
-        return [t for t in heard if t is not None]
-
-    def transcribe(self, utterance: Utterance) -> Transcript | None:
-        self.stats.utterances += 1
-        transcript = self.transcriber(utterance)
-        if transcript is not None:
-            self.stats.transcripts += 1
-            self.stats.latencies.append(transcript.latency_s)
-            log.info("heard %.2f-%.2f s in %.3f s: %s", transcript.start, transcript.end,
-                     transcript.asr_s, transcript.text)
-        return transcript
-
-
-class TranscribingLoop(Pump[Transcript]):
-    """Transcripts of everything said on `source`, each delivered as its utterance ends.
-
-    A `Pump` (iterate, `start(on_transcript)` / `stop()`, or `async for t in
-    listener.stream()`) over the `Transcribing` stage. Each `Transcript` carries
-    `text`, `start` and `end` in seconds of stream time.
-    """
-
-    thread_name = "listener"
-
-    def __init__(self, source: AudioSource, segmenter: Segmenter, transcriber: Transcriber) -> None:
-        self.transcribing = Transcribing(segmenter, transcriber)
-        super().__init__(source, self.transcribing)
-
-    @property
-    def segmenter(self) -> Segmenter:
-        return self.transcribing.segmenter
-
-    @property
-    def transcriber(self) -> Transcriber:
-        return self.transcribing.transcriber
-
-    @property
-    def stats(self) -> TranscribingStats:
-        return self.transcribing.stats
-
-
-def build_transcribing_loop(settings: Settings, store: ModelStore,
-                            source: AudioSource | None = None) -> TranscribingLoop:
-    """A listener as configured: `source` (default: the configured input, `audio.open_source`), VAD, Whisper.
-
-    Models load first, so a missing export fails before the microphone is opened.
-    """
-    segmenter = make_segmenter(settings.vad, store)
-    model = WhisperOnnx.from_settings(settings.asr, settings.models, for_use(settings, "asr"))
-    if source is None:
-        source = open_source(settings.audio)
-    return TranscribingLoop(source, segmenter, Transcriber(model, settings.asr))

@@ -51,8 +51,8 @@ from edge_agent.asr.tokenizer import SPACE_TOKEN, Tokenizer
 from edge_agent.audio.frames import Samples
 from edge_agent.errors import ModelError, UsageError
 from edge_agent.models.settings import ModelSettings
-from edge_agent.onnxsessions import make_session
-from edge_agent.providers import CPU, Accelerator, Profile
+from edge_agent.runtime.providers import CPU, Accelerator, Profile
+from edge_agent.runtime.sessions import make_session
 
 log = logging.getLogger(__name__)
 

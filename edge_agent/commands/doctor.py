@@ -23,7 +23,7 @@ from edge_agent.listen.endofturn import MODEL_ID as TURN_MODEL
 from edge_agent.mqtt.settings import MqttSettings
 from edge_agent.offload.client import probe
 from edge_agent.offload.wire import PSK_ENV, load_psk
-from edge_agent.providers import Use, available, cuda_libraries, for_use, running_on
+from edge_agent.runtime.providers import Use, available, cuda_libraries, for_use, running_on
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.vad import SILERO_MODEL
 
@@ -100,10 +100,11 @@ def check_models(ctx: Context) -> list[Check]:
 
 def check_runtime(ctx: Context) -> Check:
     """The onnxruntime build, the providers it offers and those each use will run on."""
-    import onnxruntime as ort  # ~250 ms: only when doctor runs (onnxsessions.py keeps it lazy too)
+    import onnxruntime as ort  # ~250 ms: only when doctor runs (runtime/sessions.py keeps it lazy too)
 
 
-    uses = "; ".join(f"{use}: {', '.join(for_use(ctx.settings, use).names)}" for use in USES)
+    runtime, cache = ctx.settings.runtime, ctx.settings.models.cache_dir
+    uses = "; ".join(f"{use}: {', '.join(for_use(runtime, use, cache).names)}" for use in USES)
     missing = cuda_libraries() if "cuda" in available() else None
     if missing is not None:  # the GPU build without its libraries: sessions would fall back to the CPU
         return Check("runtime", False, False, f"onnxruntime {ort.__version__}: {missing}")
@@ -122,7 +123,8 @@ def check_tts(ctx: Context) -> Check:
     """One sentence from the configured voice on its providers; which provider each session got."""
     settings = ctx.settings
     try:
-        voice = VoiceRegistry(ctx.store, settings.tts, accel=for_use(settings, "tts")).get(settings.tts.voice)
+        accel = for_use(settings.runtime, "tts", settings.models.cache_dir)
+        voice = VoiceRegistry(ctx.store, settings.tts, accel=accel).get(settings.tts.voice)
     except ModelError as exc:
         return Check("tts", False, True, str(exc))
     try:
@@ -150,7 +152,8 @@ def check_asr(ctx: Context) -> Check:
     wanted = ctx.settings.runtime.wanted("asr")
     try:
         model = WhisperOnnx.load(directory, variant.name, asr.threads, decoder_threads=asr.decoder_threads,
-                                 verify=False, accel=for_use(ctx.settings, "asr"))
+                                 verify=False, accel=for_use(ctx.settings.runtime, "asr",
+                                                                ctx.settings.models.cache_dir))
     except ModelError as exc:
         return Check("asr", False, False, str(exc))
     try:

@@ -13,7 +13,8 @@ from edge_agent.audio.settings import AudioSettings
 from edge_agent.audio.sources import AudioSource, WavFileSource, open_pcm_stdin, open_source
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
-from edge_agent.listen import Event, Heard, TurnEnded, Woke, build_hearing
+from edge_agent.listen import Event, Heard, TurnEnded, Woke
+from edge_agent.parts import build_hearing
 
 log = logging.getLogger(__name__)
 

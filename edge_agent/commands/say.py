@@ -16,7 +16,8 @@ from edge_agent.audio.settings import AudioSettings
 from edge_agent.audio.sinks import AudioOutput, AudioUnavailable, Sink, WavSink
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
-from edge_agent.providers import one_shot
+from edge_agent.runtime.providers import for_use, one_shot
+from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import synthesize
 
@@ -106,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     # Open the output first: an unwritable --out or no sound card fails before any model is loaded.
     sink = open_sink(args.out, settings.audio, rate)
     try:
-        accel = one_shot(settings, "tts")  # never CUDA's start-up for one announcement, unless asked
+        # Never CUDA's start-up for one announcement, unless asked.
+        accel = one_shot(settings.runtime, "tts", settings.models.cache_dir)
         voice = VoiceRegistry(ctx.store, settings.tts, accel=accel).get(settings.tts.voice)
         if voice.sample_rate != rate:
             raise UsageError(f"voice {voice.id} runs at {voice.sample_rate} Hz, "
@@ -139,7 +141,9 @@ def _run_routed(args: argparse.Namespace, ctx: Context, text: str) -> int:
     # go remote; a local `say` is mostly start-up and skips it.
     from edge_agent.offload.client import make_synthesizer
 
-    router = make_synthesizer(settings, ctx.store)
+    accel = for_use(settings.runtime, "tts", settings.models.cache_dir)
+    local = LocalSynthesizer(VoiceRegistry(ctx.store, settings.tts, accel=accel), settings.tts)
+    router = make_synthesizer(settings.offload, local)
     try:
         stats = play(tagged(router.stream(text, args.voice)), sink)
     except BaseException:

@@ -15,7 +15,7 @@ from edge_agent.logs import setup_logging
 from edge_agent.models.store import ModelStore
 from edge_agent.offload.server import Monitor, ServerMetrics, SynthServer, check_key
 from edge_agent.offload.wire import load_psk, server_tls_context
-from edge_agent.providers import CPU, Accelerator, for_use, running_on
+from edge_agent.runtime.providers import CPU, Accelerator, for_use, running_on
 from edge_agent.tts import kokoro
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.tts.voice import Voice
@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     psk = load_psk(s.psk_file)
     check_key(s, psk)  # before spending seconds on models
     tls = server_tls_context(s.tls_cert, s.tls_key) if s.tls_cert and s.tls_key else None
-    asyncio.run(_serve(s, ctx.store, psk, tls, for_use(ctx.settings, "server")))
+    accel = for_use(ctx.settings.runtime, "server", ctx.settings.models.cache_dir)
+    asyncio.run(_serve(s, ctx.store, psk, tls, accel))
     return 0
 
 

@@ -1,4 +1,5 @@
-"""`edge-agent transcribe FILE.wav [--json]`: VAD + Whisper over a file, one line per utterance."""
+"""`edge-agent transcribe FILE.wav [--json]`: VAD + Whisper over a file, one line per utterance: the
+hearing loop in mode `always`, without the microphone front end."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import json
 import logging
 from pathlib import Path
 
-from edge_agent.asr.transcriber import build_transcribing_loop
 from edge_agent.audio.sources import AudioSource, WavFileSource, open_pcm_stdin
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
+from edge_agent.listen import Heard
+from edge_agent.parts import build_hearing
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +47,17 @@ def format_line(text: str, start: float, end: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    ctx = Context(args)
-    settings = ctx.settings
+    ctx = Context(args, {"listen.mode": "always"})
     source = open_source(args)  # bad input fails here, before any model is loaded
     try:
-        listener = build_transcribing_loop(settings, ctx.store, source)
+        listener = build_hearing(ctx.settings, ctx.store, source, front_end=False)
     except BaseException:
         source.close()
         raise
-    for transcript in listener:
+    for event in listener:
+        if not isinstance(event, Heard):
+            continue  # mode `always` has no turns: every event is a transcript
+        transcript = event.transcript
         if args.json:
             print(json.dumps(transcript.to_json(), ensure_ascii=False), flush=True)
         else:

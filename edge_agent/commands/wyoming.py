@@ -8,9 +8,8 @@ import signal
 from typing import Any
 
 from edge_agent.commands.context import Context
-from edge_agent.daemon import routed_synthesizer
 from edge_agent.logs import setup_logging
-from edge_agent.wyoming.service import WyomingService, load_transcriber, load_wake
+from edge_agent.parts import load_transcriber, load_wake_models, routed_synthesizer, wyoming_service
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -30,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(verbosity=max(1, args.verbose), json_lines=settings.logging.json)
     synth = routed_synthesizer(settings)
     try:
-        service = WyomingService(settings, lambda: synth, load_transcriber(settings), load_wake(settings))
+        service = wyoming_service(settings, lambda: synth, load_transcriber(settings),
+                                  load_wake_models(settings))
         asyncio.run(_serve(service))
     finally:
         synth.close()

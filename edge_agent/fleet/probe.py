@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from edge_agent.errors import EdgeError
-from edge_agent.onnxsessions import make_session
+from edge_agent.runtime.sessions import make_session
 
 
 def probe(path: Path) -> dict[str, object]:

@@ -33,10 +33,10 @@ import numpy as np
 
 from edge_agent.asr.features import SAMPLE_RATE, Features, log_mel_spectrogram
 from edge_agent.audio.frames import Samples
-from edge_agent.config import ListenSettings
 from edge_agent.errors import ModelError
+from edge_agent.listen.settings import ListenSettings
 from edge_agent.models.store import ModelStore
-from edge_agent.onnxsessions import make_session
+from edge_agent.runtime.sessions import make_session
 
 log = logging.getLogger(__name__)
 

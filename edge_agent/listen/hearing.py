@@ -15,11 +15,7 @@ asked at each wake word; when it says yes the turn's audio is not segmented or
 transcribed here but handed on as `Streamed` blocks until `end_turn` (the remote side
 has its transcript) or `listen.command_timeout_s` after the wake word.
 
-Where a turn starts (`listen.lookback_ms`): the wake model decides 0.05-0.3 s after
-the phrase has ended, so a command spoken without a pause has begun by then. A short
-ring buffer of the audio before each block lets a turn, local or streamed alike, start
-that long before the detection (never before the previous turn ended): the command's
-first word is kept whole, at the price of at most a syllable of the wake phrase.
+A turn starts `listen.lookback_ms` before its wake word (`listen.lookback`).
 
 Decoding during the pause: once the speech has paused for `TAIL_MS` (the tail the VAD
 keeps after speech, so the utterance can no longer change unless speech resumes) it is
@@ -53,8 +49,9 @@ punctuates what it has heard so far as complete): 150 ms cut "Dinner is ready.
 Please come to the table." after "ready." at a slow speaking rate.
 
 A pure state machine like `vad.segmenter`: no I/O, and no thread but the end-of-turn
-model's one worker (so Whisper decodes while the model judges); `audio.pump` runs it over
-a source. Times are seconds of stream time.
+model's one worker (so Whisper decodes while the model judges); `listen.loop` runs it over
+the microphone. It drives the VAD and Whisper through one stage (`listen.transcribing`).
+Times are seconds of stream time.
 """
 
 from __future__ import annotations
@@ -63,25 +60,16 @@ import logging
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-import numpy as np
-
-from edge_agent.asr.transcriber import Transcriber, Transcribing, Transcript
-from edge_agent.asr.whisper import WhisperOnnx
+from edge_agent.asr.transcriber import Transcript
 from edge_agent.audio.frames import Samples
-from edge_agent.audio.pump import Pump
-from edge_agent.audio.reference import PlaybackReference
-from edge_agent.audio.sources import AudioSource, open_source
-from edge_agent.config import ListenSettings, Settings
-from edge_agent.errors import UsageError
-from edge_agent.listen.endofturn import EndOfTurn, TurnAudio, load_end_of_turn
-from edge_agent.listen.ownvoice import through_front_end
-from edge_agent.models.store import ModelStore
-from edge_agent.vad import make_segmenter
+from edge_agent.listen.endofturn import EndOfTurn, TurnAudio
+from edge_agent.listen.lookback import Lookback
+from edge_agent.listen.settings import ListenSettings
+from edge_agent.listen.transcribing import Transcribing
 from edge_agent.vad.segmenter import TAIL_MS, Utterance
 from edge_agent.wake.engine import SAMPLE_RATE, Detection, WakeEngine
 
@@ -174,6 +162,31 @@ class _Turn:
     published: tuple[Utterance, str] | None = None
     """The utterance whose transcript went out when the turn was judged complete, and its text."""
 
+    def wait_for_more(self, utterance: Utterance, now: int, wait_ms: int, hangover_ms: int) -> bool:
+        """The VAD ended an utterance (at stream sample `now`) the model judged incomplete: whether
+        the turn waits on for more speech (until `wait_ms`, `listen.turn_incomplete_wait_ms`, after
+        the speech), rather than ending now."""
+        if not self.incomplete or wait_ms <= hangover_ms:
+            return False
+        speech_end = round((utterance.end + self.offset) * SAMPLE_RATE)
+        self.hold_until = speech_end + round(wait_ms * SAMPLE_RATE / 1000)
+        self.incomplete = False
+        log.info("turn goes on: the pause after %.2f s sounded incomplete", utterance.end + self.offset,
+                 extra={"conversation_id": self.conversation_id})
+        return now < self.hold_until
+
+    def heard(self, transcripts: list[Transcript], early: bool, now: int) -> Heard:
+        """One transcript of `transcripts` (the utterances of the command, in order), in stream
+        times, decided at stream sample `now`."""
+        first, last = transcripts[0], transcripts[-1]
+        transcript = Transcript(text=_text(transcripts), start=first.start + self.offset,
+                                end=last.end + self.offset, tokens=first.tokens,
+                                no_speech_prob=first.no_speech_prob, avg_logprob=first.avg_logprob,
+                                asr_s=sum(t.asr_s for t in transcripts), latency_s=last.latency_s,
+                                cut=last.cut)
+        return Heard(transcript, self.conversation_id, self.wake_word, early,
+                     continued=self.published is not None, time=now / SAMPLE_RATE)
+
 
 class Hearing:
     """Feed 16 kHz blocks with `push`; get the events they caused."""
@@ -193,16 +206,12 @@ class Hearing:
         """The end-of-turn model (None: turns end at the VAD's hangover)."""
         self.stream_turns: Callable[[], bool] | None = None
         """Asked for each accepted detection; True streams the turn out (see the module)."""
-        self._frame = transcribing.segmenter.frame
+        self._frame = transcribing.frame
         self._pos = 0
         self._now = 0
         """Stream sample up to which the current turn has been segmented."""
         self._turn: _Turn | None = None
-        self._lookback = round(settings.lookback_ms * SAMPLE_RATE / 1000)
-        self._recent: deque[tuple[int, Samples]] = deque()
-        """(stream sample, block) of the audio before the current block, at least `_lookback` long."""
-        self._idle_since = 0
-        """Stream sample where the last turn ended: a lookback never reaches back past it."""
+        self._lookback = Lookback(round(settings.lookback_ms * SAMPLE_RATE / 1000))
         self._requested: tuple[str, bool] | None = None
         self._end_requested: str | None = None
         self._lock = threading.Lock()
@@ -250,47 +259,24 @@ class Hearing:
         detections = self.wake.feed(block)
         if self._turn is not None:
             events += self._continue(block, start, end)
-            self._remember_rest(block, start)
+            self._lookback.remember_after(block, start, self._now if self._turn is None else None)
             return events
         for detection in detections:
             if self.accept_wake is not None and not self.accept_wake(detection):
                 log.info("wake word %s at %.2f s ignored", detection.model, detection.time)
                 continue
             at = start + min(max(0, round(detection.time * SAMPLE_RATE) - start), block.size)
-            begin, audio = self._looked_back(block, start, at)
+            begin, audio = self._lookback.take(block, start, at)
             conversation_id = uuid.uuid4().hex
             streamed = self.stream_turns is not None and self.stream_turns()
             self._open(conversation_id, detection.wake_word, begin, streamed, deadline_from=at)
             events.append(Woke(detection, conversation_id, streamed))
             events += self._continue(audio, begin, None)
-            self._remember_rest(block, start)
+            self._lookback.remember_after(block, start, self._now if self._turn is None else None)
             break
         else:
-            self._remember(block, start)
+            self._lookback.remember(block, start)
         return events
-
-    def _remember_rest(self, block: Samples, start: int) -> None:
-        """A turn that ended inside `block`: what follows its end may be the next turn's lookback."""
-        if self._turn is None and self._now < start + block.size:
-            self._remember(block[self._now - start:], self._now)
-
-    def _remember(self, block: Samples, start: int) -> None:
-        """Keep `block` in the ring buffer, dropping what lies more than `_lookback` before its end."""
-        if self._lookback <= 0:
-            return
-        self._recent.append((start, block))
-        end = start + block.size
-        while self._recent and self._recent[0][0] + self._recent[0][1].size <= end - self._lookback:
-            self._recent.popleft()
-
-    def _looked_back(self, block: Samples, start: int, at: int) -> tuple[int, Samples]:
-        """Where a turn woken at stream sample `at` starts, and its audio up to the end of `block`."""
-        begin = max(at - self._lookback, self._idle_since, self._recent[0][0] if self._recent else start)
-        parts = [b for s, b in self._recent] + [block]
-        first = self._recent[0][0] if self._recent else start
-        self._recent.clear()
-        audio = np.concatenate(parts) if len(parts) > 1 else block
-        return begin, audio[begin - first:]
 
     def flush(self) -> list[Event]:
         if self.mode == "always":
@@ -306,13 +292,13 @@ class Hearing:
 
     def _open(self, conversation_id: str, wake_word: str | None, at: int, streamed: bool = False,
               deadline_from: int | None = None) -> None:
-        segmenter = self.transcribing.segmenter
-        segmenter.discard()
-        self._recent.clear()
+        self.transcribing.discard()
+        self._lookback.clear()
         deadline = (at if deadline_from is None else deadline_from) + round(
             self.settings.command_timeout_s * SAMPLE_RATE)
-        self._turn = _Turn(conversation_id, wake_word, deadline, at / SAMPLE_RATE - segmenter.position,
-                           streamed=streamed, audio=TurnAudio() if self.end_of_turn is not None else None)
+        offset = at / SAMPLE_RATE - self.transcribing.position
+        audio = TurnAudio() if self.end_of_turn is not None else None
+        self._turn = _Turn(conversation_id, wake_word, deadline, offset, streamed=streamed, audio=audio)
 
     def _continue(self, samples: Samples, start: int, end: str | None) -> list[Event]:
         turn = self._turn
@@ -340,21 +326,21 @@ class Hearing:
         belongs to the turn when the model judged it complete, else None (the stream goes on)."""
         turn = self._turn
         assert turn is not None and turn.audio is not None
-        segmenter = self.transcribing.segmenter
+        speech = self.transcribing
         for offset in range(0, samples.size, self._frame):
             piece = samples[offset:offset + self._frame]
             self._now = start + offset + piece.size
             turn.audio.add(piece)
-            self.transcribing.segment(piece)  # Home Assistant transcribes: only the pauses matter here
-            if segmenter.in_speech and segmenter.silence_ms == 0:
+            speech.segment(piece)  # Home Assistant transcribes: only the pauses matter here
+            if speech.in_speech and speech.silence_ms == 0:
                 turn.judged = turn.incomplete = False
-            elif segmenter.in_speech and self._judge(turn) is not None:
+            elif speech.in_speech and self._judge(turn) is not None:
                 return offset + piece.size
         return None
 
     def _command(self, samples: Samples, start: int) -> list[Event]:
         """Segment `samples` frame by frame (so a pause or the deadline is seen where it happens)."""
-        segmenter = self.transcribing.segmenter
+        speech = self.transcribing
         for offset in range(0, samples.size, self._frame):
             turn = self._turn
             if turn is None:
@@ -363,20 +349,21 @@ class Hearing:
             self._now = start + offset + piece.size
             if turn.audio is not None:
                 turn.audio.add(piece)
-            ended = self.transcribing.segment(piece)
+            ended = speech.segment(piece)
             if ended:
                 if turn.published is not None and _same_audio(turn.published[0], ended[-1]):
                     return self._finish([], "heard")  # out already: no speech came after the verdict
                 heard = [t for t in map(self._transcribe, ended) if t is not None]
-                if not self._wait_for_more(turn, ended[-1]):
+                if not turn.wait_for_more(ended[-1], self._now, self.settings.turn_incomplete_wait_ms,
+                                           self.transcribing.vad.hangover_ms):
                     return self._finish(turn.held + heard, "heard")
                 turn.held += heard
-            elif segmenter.in_speech and segmenter.silence_ms == 0:
+            elif speech.in_speech and speech.silence_ms == 0:
                 turn.tried_early = False  # speech goes on: its next pause may end the turn
                 turn.speculative = None
                 turn.judged = turn.incomplete = False
                 turn.hold_until = None
-            elif segmenter.in_speech:
+            elif speech.in_speech:
                 early = self._at_pause(turn)
                 if early:
                     return early
@@ -390,19 +377,6 @@ class Hearing:
             if self._now >= turn.deadline:
                 return self._finish(turn.held + self.transcribing.flush(), "timeout")
         return []
-
-    def _wait_for_more(self, turn: _Turn, utterance: Utterance) -> bool:
-        """The VAD ended an utterance the model judged incomplete: whether the turn waits on for more
-        speech (until `listen.turn_incomplete_wait_ms` after the speech), rather than ending now."""
-        wait_ms = self.settings.turn_incomplete_wait_ms
-        if not turn.incomplete or wait_ms <= self.transcribing.segmenter.settings.hangover_ms:
-            return False
-        speech_end = round((utterance.end + turn.offset) * SAMPLE_RATE)
-        turn.hold_until = speech_end + round(wait_ms * SAMPLE_RATE / 1000)
-        turn.incomplete = False
-        log.info("turn goes on: the pause after %.2f s sounded incomplete", utterance.end + turn.offset,
-                 extra={"conversation_id": turn.conversation_id})
-        return self._now < turn.hold_until
 
     def _at_pause(self, turn: _Turn) -> list[Event]:
         """A pause in the speech: the end-of-turn model's verdict (with Whisper's decode), or, without
@@ -423,7 +397,7 @@ class Hearing:
         if turn.published is not None and said == turn.published[1]:
             turn.published = (judged[0], said)  # a click or a breath: nothing new was said
             return []
-        events: list[Event] = [self._heard(turn, heard, early=True)]
+        events: list[Event] = [turn.heard(heard, True, self._now)]
         turn.published = (judged[0], said)
         return events
 
@@ -431,14 +405,14 @@ class Hearing:
         """At `listen.turn_pause_ms` into a pause, once: ask the model and (unless the turn is streamed)
         decode the speech so far meanwhile. The utterance and its transcript when the model judged the
         turn complete; None otherwise (incomplete, not judged, or not yet at the pause)."""
-        segmenter = self.transcribing.segmenter
+        speech = self.transcribing
         assert self.end_of_turn is not None and turn.audio is not None
-        silence_ms = segmenter.silence_ms
+        silence_ms = speech.silence_ms
         if turn.judged or silence_ms < self.settings.turn_pause_ms:
             return None
         turn.judged = True
-        utterance = segmenter.peek()
-        if utterance is None or utterance.speech_ms < segmenter.settings.min_utterance_ms:
+        utterance = speech.peek()
+        if utterance is None or utterance.speech_ms < speech.vad.min_utterance_ms:
             return None
         # The model hears exactly `turn_pause_ms` after the VAD's last speech frame, whatever frame the
         # pause was noticed at: its verdict moves with the length of the silence it is given.
@@ -450,7 +424,7 @@ class Hearing:
         if not turn.streamed:
             turn.speculative = (utterance, transcript)
         # Past the VAD's hangover the verdict is worth nothing: the VAD ends the utterance then.
-        budget_s = (segmenter.settings.hangover_ms - silence_ms) / 1000
+        budget_s = (speech.vad.hangover_ms - silence_ms) / 1000
         verdict = self.end_of_turn.verdict(future, started, budget_s - (time.perf_counter() - started))
         log.info("pause at %.2f s: end of turn p=%s, judged in %.0f ms", utterance.end + turn.offset,
                  "-" if verdict.probability is None else f"{verdict.probability:.2f}", verdict.seconds * 1000,
@@ -482,19 +456,19 @@ class Hearing:
 
     def _try_early(self, turn: _Turn) -> list[Event]:
         early_ms = self.settings.early_end_ms
-        segmenter = self.transcribing.segmenter
+        speech = self.transcribing
         pause_ms = early_ms if early_ms > 0 else TAIL_MS
-        if turn.tried_early or segmenter.silence_ms < pause_ms:
+        if turn.tried_early or speech.silence_ms < pause_ms:
             return []
         turn.tried_early = True
-        utterance = segmenter.peek()
-        if utterance is None or utterance.speech_ms < segmenter.settings.min_utterance_ms:
+        utterance = speech.peek()
+        if utterance is None or utterance.speech_ms < speech.vad.min_utterance_ms:
             return []
         transcript = self.transcribing.transcribe(utterance)
         turn.speculative = (utterance, transcript)
         if early_ms <= 0 or transcript is None or not transcript.text.rstrip().endswith(COMPLETE):
             return []
-        segmenter.discard()
+        speech.discard()
         return self._finish([transcript], "heard", early=True)
 
     def _finish(self, transcripts: list[Transcript], reason: Literal["heard", "timeout", "ended"],
@@ -502,73 +476,15 @@ class Hearing:
         turn = self._turn
         assert turn is not None
         self._turn = None
-        self._idle_since = self._now
-        self.transcribing.segmenter.discard()
+        self._lookback.idle_since = self._now
+        self.transcribing.discard()
         events: list[Event] = []
         if transcripts and (turn.published is None or _text(transcripts) != turn.published[1]):
-            events.append(self._heard(turn, transcripts, early))
+            events.append(turn.heard(transcripts, early, self._now))
         if transcripts or turn.published is not None:
             reason = "heard"
         events.append(TurnEnded(turn.conversation_id, reason, self._now / SAMPLE_RATE))
         return events
-
-    def _heard(self, turn: _Turn, transcripts: list[Transcript], early: bool) -> Heard:
-        """One transcript of `transcripts` (the utterances of the command, in order), in stream times."""
-        first, last = transcripts[0], transcripts[-1]
-        transcript = Transcript(text=_text(transcripts), start=first.start + turn.offset,
-                                end=last.end + turn.offset, tokens=first.tokens,
-                                no_speech_prob=first.no_speech_prob, avg_logprob=first.avg_logprob,
-                                asr_s=sum(t.asr_s for t in transcripts), latency_s=last.latency_s,
-                                cut=last.cut)
-        return Heard(transcript, turn.conversation_id, turn.wake_word, early,
-                     continued=turn.published is not None, time=self._now / SAMPLE_RATE)
-
-
-class HearingLoop(Pump[Event]):
-    """`Hearing` pumped over a source (see `audio.pump.Pump` for the ways to consume it)."""
-
-    thread_name = "listener"
-
-    def __init__(self, source: AudioSource, hearing: Hearing) -> None:
-        super().__init__(source, hearing)
-        self.hearing = hearing
-
-    @property
-    def transcriber(self) -> Transcriber:
-        """Whisper as this loop uses it (the Wyoming service shares it)."""
-        return self.hearing.transcribing.transcriber
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the loop, then the end-of-turn model's worker (a muted device starts a new loop)."""
-        super().stop(timeout)
-        if self.hearing.end_of_turn is not None:
-            self.hearing.end_of_turn.close()
-
-
-def build_hearing(settings: Settings, store: ModelStore, source: AudioSource | None = None,
-                  accept_wake: WakeFilter | None = None,
-                  reference: PlaybackReference | None = None) -> HearingLoop:
-    """The hearing loop as configured (`listen.mode` wake or always), behind the microphone front
-    end (`audio.*`; with `reference`, what the device plays, echo cancellation and the own-voice
-    guard).
-
-    Models load first (the wake models, then VAD and Whisper), so a bad wake model or
-    a missing export fails before the microphone is opened; a wake-mode loop without
-    a usable wake model is never built (nothing falls back to transcribing everything).
-    """
-    mode = settings.listen.mode
-    if mode == "off":
-        raise UsageError("listen.mode is off: nothing listens")
-    wake = WakeEngine.load(settings.wake) if mode == "wake" else None
-    segmenter = make_segmenter(settings.vad, store)
-    model = WhisperOnnx.from_settings(settings.asr, settings.models)
-    transcribing = Transcribing(segmenter, Transcriber(model, settings.asr))
-    if source is None:
-        source = open_source(settings.audio)
-    source, accept_wake = through_front_end(settings, source, reference, accept_wake, wake is not None)
-    end_of_turn = load_end_of_turn(settings.listen, store) if mode == "wake" else None
-    hearing = Hearing(mode, transcribing, wake, settings.listen, accept_wake, end_of_turn=end_of_turn)
-    return HearingLoop(source, hearing)
 
 
 def _text(transcripts: list[Transcript]) -> str:

@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
 from edge_agent.audio.frames import Samples
-from edge_agent.audio.frontend import FrontEnd, FrontEndSource
-from edge_agent.audio.reference import PlaybackReference
-from edge_agent.audio.sources import AudioSource
-from edge_agent.config import Settings, WakeSettings
 from edge_agent.wake import SAMPLE_RATE, Detection, WakeEngine, check_all
+from edge_agent.wake.settings import WakeSettings
 
 log = logging.getLogger(__name__)
 
@@ -73,26 +69,3 @@ class OwnVoice:
 
     def close(self) -> None:
         self.engine.close()
-
-
-WakeFilter = Callable[[Detection], bool]
-
-
-def through_front_end(settings: Settings, source: AudioSource, reference: PlaybackReference | None,
-                      accept_wake: WakeFilter | None, wake: bool) -> tuple[AudioSource, WakeFilter | None]:
-    """`source` behind the configured front end (`audio.*`), and, with a playback reference and a
-    wake engine, `accept_wake` behind the own-voice guard: our own playback never opens a turn."""
-    front = FrontEnd(settings.audio, reference)
-    if not front.active:
-        return source, accept_wake
-    if reference is not None and wake:
-        own = OwnVoice(settings.wake)
-        front.taps.append(own.hear)
-
-        def accept(detection: Detection) -> bool:
-            if own.is_own(detection):
-                return False
-            return accept_wake is None or accept_wake(detection)
-
-        return FrontEndSource(source, front), accept
-    return FrontEndSource(source, front), accept_wake

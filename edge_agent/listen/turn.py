@@ -30,10 +30,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from edge_agent.config import Settings
 from edge_agent.listen.hearing import Event, Heard, Reopened, Streamed, TurnEnded, Woke
+from edge_agent.listen.settings import ListenSettings
 from edge_agent.metrics import Metrics
 from edge_agent.wake.engine import Detection
+from edge_agent.wake.settings import WakeSettings
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,16 @@ class TurnSpeaker(Protocol):
         ...
 
 
+class TurnSettings(Protocol):
+    """The sections the turn policy reads (the daemon hands its whole, reloadable settings)."""
+
+    @property
+    def wake(self) -> WakeSettings: ...
+
+    @property
+    def listen(self) -> ListenSettings: ...
+
+
 class Conversation:
     """The turn policy between the hearing loop, the announcer and the observers.
 
@@ -105,7 +116,7 @@ class Conversation:
     for a reply turn and says whether it will come (not when no one listens for wake words).
     """
 
-    def __init__(self, speaker: TurnSpeaker, settings: Callable[[], Settings], metrics: Metrics,
+    def __init__(self, speaker: TurnSpeaker, settings: Callable[[], TurnSettings], metrics: Metrics,
                  observers: Sequence[HearObserver], *, chime: Callable[[str], None],
                  open_turn: Callable[[str], bool]) -> None:
         self._speaker = speaker

@@ -35,8 +35,8 @@ import numpy.typing as npt
 
 from edge_agent.audio.frames import Samples
 from edge_agent.errors import ModelError
-from edge_agent.onnxsessions import make_session
-from edge_agent.providers import CPU, Accelerator, Profile
+from edge_agent.runtime.providers import CPU, Accelerator, Profile
+from edge_agent.runtime.sessions import make_session
 from edge_agent.text.normalize import normalize
 from edge_agent.tts.phonemes import cut_at, espeak_phonemes
 from edge_agent.tts.sentences import split_sentences

@@ -23,8 +23,8 @@ import numpy.typing as npt
 from edge_agent.audio.frames import Samples
 from edge_agent.errors import ModelError
 from edge_agent.models.store import sha256_file
-from edge_agent.onnxsessions import make_session
-from edge_agent.providers import CPU, Accelerator
+from edge_agent.runtime.providers import CPU, Accelerator
+from edge_agent.runtime.sessions import make_session
 from edge_agent.tts.pool import PriorityPool
 from edge_agent.tts.windowed import Vocoder, VocoderInfo, plan_windows, window_profile
 

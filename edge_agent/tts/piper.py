@@ -17,8 +17,8 @@ import numpy as np
 
 from edge_agent.audio.frames import Samples
 from edge_agent.errors import ModelError
-from edge_agent.onnxsessions import load_weights, make_session
-from edge_agent.providers import CPU, Accelerator, Profile
+from edge_agent.runtime.providers import CPU, Accelerator, Profile
+from edge_agent.runtime.sessions import load_weights, make_session
 from edge_agent.text.normalize import normalize
 from edge_agent.tts import inuse
 from edge_agent.tts.phonemes import cut_at, espeak_phonemes

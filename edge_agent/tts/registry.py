@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from edge_agent.errors import ModelError
 from edge_agent.models.catalog import base_voice
 from edge_agent.models.store import ModelStore
-from edge_agent.providers import CPU, Accelerator
+from edge_agent.runtime.providers import CPU, Accelerator
 from edge_agent.tts.piper import PiperVoice
 from edge_agent.tts.settings import TtsSettings
 from edge_agent.tts.voice import Voice

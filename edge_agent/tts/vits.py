@@ -39,7 +39,7 @@ from typing import Any
 
 from edge_agent.atomic import fsync_dir
 from edge_agent.errors import ModelError
-from edge_agent.onnxsessions import cpu_fingerprint, index_weights, save_optimized
+from edge_agent.runtime.sessions import cpu_fingerprint, index_weights, save_optimized
 from edge_agent.tts import inuse
 from edge_agent.tts.windowed import UnsupportedGraph, VocoderInfo, window_graph
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from edge_agent.audio.frames import Samples
 from edge_agent.errors import ModelError
-from edge_agent.providers import Profile
+from edge_agent.runtime.providers import Profile
 
 FIRST_FRAMES = 24
 """Latent frames in the first window (24 x 256 samples = 0.28 s at 22.05 kHz)."""

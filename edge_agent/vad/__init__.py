@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from edge_agent.config import VadSettings
 from edge_agent.errors import ModelError
 from edge_agent.models.store import ModelStore
 from edge_agent.vad.classifiers import FrameClassifier, SileroClassifier, WebRtcClassifier
 from edge_agent.vad.segmenter import Segmenter, SegmenterStats, Utterance
+from edge_agent.vad.settings import VadSettings
 
 SILERO_MODEL = "silero-vad"
 """Catalog id of the Silero VAD ONNX model."""

@@ -15,7 +15,7 @@ import numpy as np
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.wav import to_pcm16
 from edge_agent.errors import ModelError
-from edge_agent.onnxsessions import make_session
+from edge_agent.runtime.sessions import make_session
 
 SAMPLE_RATE = 16000
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from edge_agent.audio.frames import Samples
-from edge_agent.config import VadSettings
 from edge_agent.vad.classifiers import SAMPLE_RATE, FrameClassifier
+from edge_agent.vad.settings import VadSettings
 
 TAIL_MS = 200
 """Audio kept after the last speech frame: word endings the VAD calls silence."""

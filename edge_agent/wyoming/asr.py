@@ -22,9 +22,9 @@ from edge_agent import __version__
 from edge_agent.asr.transcriber import Transcriber
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.sources import TARGET_RATE
-from edge_agent.config import Settings
 from edge_agent.vad.segmenter import Utterance
 from edge_agent.wyoming.audio import Recording, Refused
+from edge_agent.wyoming.settings import WyomingSettings
 from edge_agent.wyoming.tts import ATTRIBUTION
 
 log = logging.getLogger(__name__)
@@ -49,15 +49,15 @@ def program(model_id: str, languages: list[str]) -> AsrProgram:
 class AsrService:
     """The recogniser every connection shares, one request at a time."""
 
-    def __init__(self, transcriber: Transcriber, settings: Settings) -> None:
+    def __init__(self, transcriber: Transcriber, settings: WyomingSettings) -> None:
         self.transcriber = transcriber
         self.settings = settings
         self._lock = asyncio.Lock()
-        model = transcriber.model
-        self.languages = ([settings.asr.language] if model.manifest.multilingual else ["en"])
+        asr = transcriber.settings
+        self.languages = ([asr.language] if transcriber.model.manifest.multilingual else ["en"])
 
     def program(self) -> AsrProgram:
-        return program(self.settings.asr.model, self.languages)
+        return program(self.transcriber.settings.model, self.languages)
 
     def session(self, send: Send) -> AsrSession:
         return AsrSession(self, send)
@@ -96,7 +96,7 @@ class AsrSession:
         self._language = language
 
     async def audio_start(self, event: Event) -> None:
-        self._recording = Recording.begin(event, self.service.settings.wyoming.max_audio_s)
+        self._recording = Recording.begin(event, self.service.settings.max_audio_s)
 
     async def audio_chunk(self, event: Event) -> None:
         if self._recording is None:

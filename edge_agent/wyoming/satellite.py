@@ -77,11 +77,12 @@ from edge_agent import __version__
 from edge_agent.announce.message import implausible_rate
 from edge_agent.announce.pipeline import Announcer
 from edge_agent.announce.playout import CUE_RATE, chime
+from edge_agent.announce.settings import AnnouncementSettings
 from edge_agent.audio.frames import Samples
-from edge_agent.config import Settings
 from edge_agent.errors import EdgeError
 from edge_agent.wake.engine import SAMPLE_RATE
 from edge_agent.wyoming.audio import Recording, Refused, chunk_events
+from edge_agent.wyoming.settings import WyomingSettings
 from edge_agent.wyoming.tts import ATTRIBUTION
 
 log = logging.getLogger(__name__)
@@ -131,11 +132,16 @@ class _Turn:
 class SatelliteService:
     """The device as Home Assistant's satellite: at most one controller at a time."""
 
-    def __init__(self, settings: Settings, announcer: Announcer, end_turn: Callable[[str], None],
-                 wake_words: Sequence[str] = (), *, on_transcript: Heard | None = None,
+    def __init__(self, settings: WyomingSettings, name: str, announcer: Announcer,
+                 end_turn: Callable[[str], None], wake_words: Sequence[str] = (), *,
+                 max_audio_s: float = AnnouncementSettings.max_audio_s, on_transcript: Heard | None = None,
                  no_answer: Callable[[str], None] | None = None,
                  on_change: Callable[[], None] | None = None) -> None:
         self.settings = settings
+        self.name = name
+        """The device id, the satellite's name in Home Assistant."""
+        self.max_audio_s = max_audio_s
+        """`announcements.max_audio_s`: the longest announcement audio Home Assistant may send."""
         self.announcer = announcer
         self.end_hearing_turn = end_turn
         """Ends the hearing loop's streamed turn (any thread)."""
@@ -162,7 +168,7 @@ class SatelliteService:
         self._forget = announcer.observe(self._on_status)
 
     def info(self) -> Satellite:
-        return Satellite(name=self.settings.device.resolved_id, attribution=ATTRIBUTION, installed=True,
+        return Satellite(name=self.name, attribution=ATTRIBUTION, installed=True,
                          description="edge-speech satellite", version=__version__,
                          has_vad=False, active_wake_words=self.wake_words,
                          max_active_wake_words=len(self.wake_words), supports_trigger=False)
@@ -537,7 +543,7 @@ class SatelliteSession:
         if self.service.controller is not self:
             raise Refused("this connection does not run the satellite (a newer run-satellite replaced "
                           "it); send audio on the newest connection", "not-controller")
-        recording = Recording.begin(event, self.service.settings.announcements.max_audio_s, native=True)
+        recording = Recording.begin(event, self.service.max_audio_s, native=True)
         bad_rate = implausible_rate(recording.rate)
         if bad_rate is not None:
             raise Refused(f"audio-start: {bad_rate}", "bad-audio-format")
@@ -548,7 +554,7 @@ class SatelliteSession:
         """One chunk, refused before it is buffered if the stream would outgrow its byte bound."""
         _, width, channels = recording.format
         frames = len(event.payload or b"") // (width * channels)
-        limit = self.service.settings.wyoming.max_announce_bytes
+        limit = self.service.settings.max_announce_bytes
         if (recording.samples + frames) * SAMPLE_BYTES > limit:
             raise Refused(f"audio to play larger than {limit} bytes once decoded "
                           f"(wyoming.max_announce_bytes: {limit / recording.rate / SAMPLE_BYTES:.0f} s "

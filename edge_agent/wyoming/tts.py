@@ -29,10 +29,10 @@ from wyoming.tts import Synthesize, SynthesizeStart, SynthesizeStopped
 from edge_agent import __version__
 from edge_agent.audio.frames import AudioChunk, Samples
 from edge_agent.audio.resample import resample
-from edge_agent.config import Settings
 from edge_agent.tts.sentences import split_complete
 from edge_agent.tts.voice import Synthesizer
 from edge_agent.wyoming.audio import Refused, chunk_events, start_event
+from edge_agent.wyoming.settings import WyomingSettings
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +52,11 @@ class OfferedVoice:
     languages: tuple[str, ...]
 
 
-def offered_voices(synth: Synthesizer, settings: Settings) -> list[OfferedVoice]:
-    """The local voice, and the synthesis server's voice while it is configured and reachable."""
-    voices = [OfferedVoice(settings.tts.voice, "on this device", ("en_US",))]
-
-    remote = settings.offload.voice
-    if remote and remote != settings.tts.voice and any(
+def offered_voices(synth: Synthesizer, local: str, remote: str) -> list[OfferedVoice]:
+    """The `local` voice, and the synthesis server's voice (`remote`, empty for none) while it is
+    configured and reachable."""
+    voices = [OfferedVoice(local, "on this device", ("en_US",))]
+    if remote and remote != local and any(
             o.id == remote and o.engine == "remote" and o.reachable for o in synth.offers()):
         voices.append(OfferedVoice(remote, "on a synthesis server (falls back to this device)", ("en_US",)))
     return voices
@@ -75,12 +74,17 @@ def program(voices: list[OfferedVoice]) -> TtsProgram:
 class TtsService:
     """What every connection's TTS session shares: the synthesizer (read once per request) and limits."""
 
-    def __init__(self, synth: Callable[[], Synthesizer], settings: Settings) -> None:
+    def __init__(self, synth: Callable[[], Synthesizer], settings: WyomingSettings, local_voice: str,
+                 remote_voice: str = "") -> None:
         self.synth = synth
         self.settings = settings
+        self.local_voice = local_voice
+        """`tts.voice`, the device's own."""
+        self.remote_voice = remote_voice
+        """`offload.voice`, offered while a synthesis server has it (empty: none)."""
 
     def voices(self) -> list[OfferedVoice]:
-        return offered_voices(self.synth(), self.settings)
+        return offered_voices(self.synth(), self.local_voice, self.remote_voice)
 
     def session(self, send: Send) -> TtsSession:
         return TtsSession(self, send)
@@ -130,10 +134,10 @@ class TtsSession:
 
     @property
     def _limit(self) -> int:
-        return self.service.settings.wyoming.max_text_chars
+        return self.service.settings.max_text_chars
 
     def _budget(self) -> SpeechBudget:
-        return SpeechBudget(self.service.settings.wyoming.max_speech_s)
+        return SpeechBudget(self.service.settings.max_speech_s)
 
     async def _speak(self, text: str, voice: str | None, budget: SpeechBudget) -> None:
         """Synthesize `text` and send it as one audio stream, cut where `budget` runs out."""
@@ -141,7 +145,7 @@ class TtsSession:
         if voice is not None and voice not in known:
             raise Refused(f"unknown voice {voice!r} (known: {', '.join(sorted(known))})", "unknown-voice")
         synth = self.service.synth()
-        per_chunk = self.service.settings.wyoming.samples_per_chunk
+        per_chunk = self.service.settings.samples_per_chunk
         chunks = _Chunks(synth.stream(text, voice))
         rate = 0
         try:

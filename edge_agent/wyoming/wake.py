@@ -27,10 +27,11 @@ from wyoming.wake import Detection, NotDetected
 
 from edge_agent import __version__
 from edge_agent.audio.pace import Pace
-from edge_agent.config import Settings
 from edge_agent.wake.engine import WakeEngine
-from edge_agent.wake.models import WakeModelSpec, check_all
+from edge_agent.wake.models import WakeModelSpec
+from edge_agent.wake.settings import WakeSettings
 from edge_agent.wyoming.audio import Recording, Refused
+from edge_agent.wyoming.settings import WyomingSettings
 from edge_agent.wyoming.tts import ATTRIBUTION
 
 log = logging.getLogger(__name__)
@@ -45,14 +46,12 @@ PACE_BURST_S = 2.0
 class WakeService:
     """The wake word models every connection may ask for."""
 
-    def __init__(self, specs: Sequence[WakeModelSpec], settings: Settings) -> None:
+    def __init__(self, specs: Sequence[WakeModelSpec], settings: WyomingSettings,
+                 refractory_s: float = WakeSettings.refractory_s) -> None:
         self.specs = {spec.name: spec for spec in specs}
         self.settings = settings
-
-    @staticmethod
-    def load(settings: Settings) -> WakeService:
-        """The configured models, each checked once (a custom one in a child process first)."""
-        return WakeService(check_all(settings.wake), settings)
+        self.refractory_s = refractory_s
+        """`wake.refractory_s`: how long a model stays quiet after it fired."""
 
     def program(self) -> WakeProgram:
         return WakeProgram(
@@ -79,7 +78,7 @@ class WakeSession:
         self._detected = False
         loop = asyncio.get_running_loop()
         self._clock = loop.time
-        self._pace = Pace(service.settings.wyoming.max_wake_speed, PACE_BURST_S, loop.time())
+        self._pace = Pace(service.settings.max_wake_speed, PACE_BURST_S, loop.time())
 
     @property
     def streaming(self) -> bool:
@@ -104,7 +103,7 @@ class WakeSession:
         self._recording = Recording.begin(event, float("inf"), keep=False)
         await self._close_engine()
         self._engine = await asyncio.to_thread(WakeEngine, self._wanted,
-                                               self.service.settings.wake.refractory_s)
+                                               self.service.refractory_s)
         self._detected = False
 
     async def audio_chunk(self, event: Event) -> None:

@@ -24,8 +24,8 @@ from benchmarks.clips import load_16k, piper_clip
 from edge_agent.asr.whisper import Padding
 from edge_agent.audio.wav import WavWriter
 from edge_agent.config import AsrSettings
-from edge_agent.listen import build_hearing
 from edge_agent.models import ModelStore, load_catalog
+from edge_agent.parts import build_hearing
 from tests.esphome_support import MediaServer, connected, run_daemon
 from tests.integration.satellite_support import (
     ANSWER,

@@ -7,8 +7,9 @@ import time
 import pytest
 
 from edge_agent.asr.transcriber import Transcript
-from edge_agent.daemon import Daemon, SettingsSource, local_synthesizer
+from edge_agent.daemon import Daemon, SettingsSource
 from edge_agent.listen import Heard
+from edge_agent.parts import local_synthesizer
 from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, signed, wait_until
 
 

@@ -34,8 +34,8 @@ from edge_agent.audio.resample import resample
 from edge_agent.audio.wav import to_pcm16
 from edge_agent.config import AsrSettings
 from edge_agent.daemon import Daemon, SettingsSource
-from edge_agent.listen import build_hearing
 from edge_agent.models import ModelStore, load_catalog
+from edge_agent.parts import build_hearing
 from tests.integration.satellite_support import (
     ANSWER,
     ANSWER_WAIT_S,

@@ -175,7 +175,7 @@ def test_the_hearing_every_consumer_builds_asks_the_model_when_it_is_there(
     hearing loop: the end of turn is wired there once."""
     from edge_agent.audio.sources import WavFileSource
     from edge_agent.config import load_settings
-    from edge_agent.listen import build_hearing
+    from edge_agent.parts import build_hearing
     from tests.speech_fixtures import write_wav
 
     wav = write_wav(tmp_path / "quiet.wav", silence(0.5))

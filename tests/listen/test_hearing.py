@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from benchmarks.clips import load_16k, piper_clip
-from edge_agent.asr.transcriber import Transcriber, Transcribing
+from edge_agent.asr.transcriber import Transcriber
 from edge_agent.asr.whisper import Padding
 from edge_agent.config import AsrSettings, ListenSettings, VadSettings, WakeSettings
 from edge_agent.listen import Heard, Hearing, Reopened, Streamed, TurnEnded, Woke
 from edge_agent.listen.endofturn import EndOfTurn, SmartTurn
+from edge_agent.listen.transcribing import Transcribing
 from edge_agent.text.wer import wer
 from edge_agent.vad import Segmenter, WebRtcClassifier
 from edge_agent.wake import WakeEngine

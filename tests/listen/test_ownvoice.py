@@ -92,8 +92,8 @@ def test_the_hearing_loop_with_a_playback_reference_hears_through_the_front_end_
     from edge_agent.audio.frontend import FrontEndSource
     from edge_agent.audio.reference import PlaybackReference
     from edge_agent.config import load_settings
-    from edge_agent.listen import build_hearing
     from edge_agent.models import ModelStore, load_catalog
+    from edge_agent.parts import build_hearing
 
     settings = load_settings(None, {"asr": {"model": str(whisper_dir)}})
     store = ModelStore(settings.models.cache_dir, load_catalog())

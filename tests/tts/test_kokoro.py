@@ -83,7 +83,7 @@ def test_kokoro_is_a_voice(kokoro):
 
 
 def test_the_variant_follows_the_providers(caplog):
-    from edge_agent.providers import CPU, Accelerator
+    from edge_agent.runtime.providers import CPU, Accelerator
     from edge_agent.tts.kokoro import variant_for
 
     every = ["kokoro-v1.0.int8.onnx", "kokoro-v1.0.fp16.onnx", "kokoro-v1.0.fp32.onnx"]

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from edge_agent.config import TtsSettings
 from edge_agent.models import ModelStore, load_catalog
-from edge_agent.onnxsessions import cpu_fingerprint, load_weights, make_session
+from edge_agent.runtime.sessions import cpu_fingerprint, load_weights, make_session
 from edge_agent.tts import piper, vits, windowed
 from edge_agent.tts.piper import PiperVoice
 from edge_agent.tts.voice import synthesize

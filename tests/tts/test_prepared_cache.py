@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from edge_agent.onnxsessions import cpu_fingerprint
+from edge_agent.runtime.sessions import cpu_fingerprint
 from edge_agent.tts import inuse, vits
 from edge_agent.tts.piper import PiperVoice
 
@@ -58,7 +58,7 @@ def test_preparing_under_another_version_leaves_the_copy_a_process_of_the_first_
     assert old is not None
     before = files_in(old.directory)
     user = OtherProcess(old.directory, then=f"""
-        from edge_agent.onnxsessions import load_weights, make_session
+        from edge_agent.runtime.sessions import load_weights, make_session
         front = Path({str(old.front)!r})  # the pooled front, made from the files on first need
         make_session(front, 1, weights=load_weights(front), optimized=True)
         print("made a session", flush=True)

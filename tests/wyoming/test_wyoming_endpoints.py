@@ -19,9 +19,9 @@ from edge_agent.announce.journal import Journal
 from edge_agent.announce.pipeline import Announcer, Speaking
 from edge_agent.announce.playout import DirOpener
 from edge_agent.config import AnnouncementSettings, DeviceSettings, Settings, WyomingSettings
+from edge_agent.parts import wyoming_service
 from edge_agent.wyoming.advertise import SERVICE_TYPE, service_name
 from edge_agent.wyoming.satellite import SatelliteService
-from edge_agent.wyoming.service import WyomingService
 from tests.mqtt_support import ToneSynth
 from tests.wyoming.wyoming_support import browse
 
@@ -44,8 +44,8 @@ def test_the_satellite_and_the_services_are_two_endpoints_each_advertised(tmp_pa
                           Journal(announcements.state_dir, announcements))
 
     async def run() -> tuple[list[tuple[list[str], int]], list[Info], list[tuple[str, int] | None]]:
-        satellite = SatelliteService(settings, announcer, lambda _id: None)
-        service = WyomingService(settings, lambda: synth, None, satellite=satellite)
+        satellite = SatelliteService(settings.wyoming, device, announcer, lambda _id: None)
+        service = wyoming_service(settings, lambda: synth, None, None, satellite)
         await service.start()
         try:
             addresses = [service.address, service.services_address]

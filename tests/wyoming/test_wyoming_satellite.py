@@ -61,7 +61,8 @@ class Satellite:
     def _make(self) -> Any:
         from edge_agent.wyoming.server import Services, WyomingServer
 
-        self.service = SatelliteService(self.settings, self.announcer, self.ended.append, ["okay_nabu"],
+        self.service = SatelliteService(self.settings.wyoming, "dev1", self.announcer, self.ended.append,
+                                        ["okay_nabu"], max_audio_s=self.settings.announcements.max_audio_s,
                                         on_change=lambda: self.statuses.append(self.connected))
         return WyomingServer(Services(satellite=self.service), self.settings.wyoming)
 

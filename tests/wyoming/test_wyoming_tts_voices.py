@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edge_agent.config import OffloadSettings, Settings
+from edge_agent.config import TtsSettings
 from edge_agent.tts.voice import VoiceOffer
 from edge_agent.wyoming.tts import offered_voices
 from tests.mqtt_support import ToneSynth
@@ -23,13 +23,13 @@ class Offering(ToneSynth):
 
 
 def _listed(synth: Offering, remote_voice: str = REMOTE) -> list[str]:
-    return [v.id for v in offered_voices(synth, Settings(offload=OffloadSettings(voice=remote_voice)))]
+    return [v.id for v in offered_voices(synth, TtsSettings().voice, remote_voice)]
 
 
 def test_the_configured_server_voice_is_listed_while_it_is_reachable():
     reachable = Offering(VoiceOffer(LOCAL, "local", True), VoiceOffer(REMOTE, "remote", True))
     assert _listed(reachable) == [LOCAL, REMOTE]
-    listed = offered_voices(reachable, Settings(offload=OffloadSettings(voice=REMOTE)))
+    listed = offered_voices(reachable, TtsSettings().voice, REMOTE)
     assert "synthesis server" in listed[1].description
 
 

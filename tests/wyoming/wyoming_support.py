@@ -42,6 +42,7 @@ async def _async(make: Callable[[], Any]) -> Any:
 def make_server(local_synth: Any, transcriber: Any, wake_models: tuple[str, ...] = (),
                 **wyoming: Any) -> ServerThread:
     from edge_agent.config import Settings, WakeSettings, WyomingSettings
+    from edge_agent.wake.models import check_all
     from edge_agent.wyoming.asr import AsrService
     from edge_agent.wyoming.server import Services, WyomingServer
     from edge_agent.wyoming.tts import TtsService
@@ -51,9 +52,10 @@ def make_server(local_synth: Any, transcriber: Any, wake_models: tuple[str, ...]
                         wake=WakeSettings(models=wake_models) if wake_models else WakeSettings())
 
     def make() -> WyomingServer:
-        services = Services(tts=TtsService(lambda: local_synth, settings),
-                            asr=AsrService(transcriber, settings) if transcriber is not None else None,
-                            wake=WakeService.load(settings) if wake_models else None)
+        wake = WakeService(check_all(settings.wake), settings.wyoming, settings.wake.refractory_s)
+        services = Services(tts=TtsService(lambda: local_synth, settings.wyoming, settings.tts.voice),
+                            asr=None if transcriber is None else AsrService(transcriber, settings.wyoming),
+                            wake=wake if wake_models else None)
         return WyomingServer(services, settings.wyoming)
 
     return ServerThread(make)

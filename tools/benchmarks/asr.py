@@ -35,11 +35,13 @@ import numpy as np
 from benchmarks.clips import COMMANDS, ENGINES, Clip, clip_settings, clips_dir, make_clips, sweep_set
 from benchmarks.report import emit, machine, median, percentile
 from edge_agent.asr.manifest import load_manifest
-from edge_agent.asr.transcriber import Transcriber, TranscribingLoop
+from edge_agent.asr.transcriber import Transcriber
 from edge_agent.asr.whisper import Padding, WhisperOnnx, resolve_export_dir
 from edge_agent.audio.frames import Samples
 from edge_agent.commands.context import Context
 from edge_agent.errors import ModelError, UsageError
+from edge_agent.listen import Heard, HearingModels, hearing_loop
+from edge_agent.listen.microphone import Microphone
 from edge_agent.text.wer import wer
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.vad import SILERO_MODEL, Segmenter, SileroClassifier, WebRtcClassifier, make_segmenter
@@ -190,9 +192,10 @@ def latency(model: WhisperOnnx, ctx: Context, audio: list[Samples]) -> dict[str,
     values, asr = [], []
     for samples in audio:
         x = np.concatenate([np.zeros(8000, np.float32), samples, np.zeros(24000, np.float32)])
-        listener = TranscribingLoop(_ArraySource(x), make_segmenter(settings.vad, ctx.store),
-                            Transcriber(model, settings.asr))
-        for t in listener:
+        source = _ArraySource(x)
+        models = HearingModels(make_segmenter(settings.vad, ctx.store), Transcriber(model, settings.asr))
+        listener = hearing_loop("always", settings.listen, models, Microphone(source, source))
+        for t in (e.transcript for e in listener if isinstance(e, Heard)):
             values.append(t.latency_s)
             asr.append(t.asr_s)
     return {"engine": settings.vad.engine, "hangover_s": settings.vad.hangover_ms / 1000,

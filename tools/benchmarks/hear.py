@@ -41,7 +41,7 @@ from edge_agent.audio.frontend import AutoGain, SpeexSuppressor
 from edge_agent.audio.reference import PlaybackReference
 from edge_agent.commands.context import Context
 from edge_agent.config import Settings, WakeSettings
-from edge_agent.listen.ownvoice import through_front_end
+from edge_agent.listen.microphone import open_microphone
 from edge_agent.tts.registry import VoiceRegistry
 from edge_agent.wake import Detection, WakeEngine
 
@@ -427,7 +427,9 @@ def play_and_hear(played: Samples, impulse: Samples, user: Samples | None = None
     reference.write(played, at=clock.now + lead.size / RATE)
     base = settings or Settings()
     configured = replace(base, audio=replace(base.audio, echo_cancel=echo_cancel))
-    source, accept = through_front_end(configured, LiveMic(mic, clock), reference, None, wake=True)
+    heard_by = open_microphone(configured.audio, source=LiveMic(mic, clock), reference=reference,
+                               wake=configured.wake)
+    source, accept = heard_by.source, heard_by.accept_wake
     engine = WakeEngine.load(WakeSettings())
     heard = [d for block in source.blocks() for d in engine.feed(block)]
     return heard, [d for d in heard if accept is None or accept(d)]
@@ -482,7 +484,9 @@ def idle_cost(seconds: float = 10.0) -> dict[str, float]:
     clock = Clock()
     reference = PlaybackReference(clock=clock)
     mic = np.random.default_rng(1).normal(0, 0.01, round(seconds * RATE)).astype(np.float32)
-    source, _ = through_front_end(Settings(), LiveMic(mic, clock), reference, None, wake=True)
+    defaults = Settings()
+    source = open_microphone(defaults.audio, source=LiveMic(mic, clock), reference=reference,
+                             wake=defaults.wake).source
     started = time.thread_time()
     for _ in source.blocks():
         pass

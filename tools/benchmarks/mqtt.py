@@ -37,9 +37,10 @@ from edge_agent.audio.frames import Samples
 from edge_agent.audio.sinks import NullSink, Sink
 from edge_agent.commands.context import Context
 from edge_agent.config import parse_override, parse_uri
-from edge_agent.daemon import Daemon, SettingsSource, local_synthesizer
+from edge_agent.daemon import Daemon, SettingsSource
 from edge_agent.errors import UsageError
 from edge_agent.mqtt.localbroker import LocalBroker
+from edge_agent.parts import local_synthesizer
 
 TEXTS = (
     "Dinner is ready.",

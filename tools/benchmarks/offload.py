@@ -27,7 +27,7 @@ from edge_agent.offload.client.servers import ServerPool
 from edge_agent.offload.server.synth_server import ServerThread
 from edge_agent.offload.wire import messages as m
 from edge_agent.offload.wire.codecs import available_codecs
-from edge_agent.onnxsessions import make_session
+from edge_agent.runtime.sessions import make_session
 from edge_agent.tts import kokoro
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.piper import PiperVoice

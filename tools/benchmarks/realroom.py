@@ -16,7 +16,7 @@ other talkers from three places at 10 dB (a TV, a dinner table); a fan at 0 dB. 
 the first microphone of each array, speech by its active level (P.56). Each array's channels are
 written to a WAV file and opened the way `listen --input F --front-end` opens it
 (`audio.sources.open_source`: the beamformer for two and four channels), then through the
-runtime's front end (`listen.ownvoice.through_front_end`) into the wake engine: front end off,
+runtime's front end (`listen.microphone.open_microphone`) into the wake engine: front end off,
 WebRTC's suppressor at 2, and speex's at 2 behind our gain of 10.
 
 CPU: thread time of the whole hear path (source with its beamformer, front end, wake word) per
@@ -45,7 +45,7 @@ from edge_agent.audio.sources import WavFileSource, open_source
 from edge_agent.commands.context import Context
 from edge_agent.config import Settings, WakeSettings
 from edge_agent.errors import UsageError
-from edge_agent.listen.ownvoice import through_front_end
+from edge_agent.listen.microphone import open_microphone
 from edge_agent.wake import WakeEngine
 
 log = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ def hear(path: Path, settings: Settings, engine: WakeEngine, model: str, after_s
     """Whether `model` woke after `after_s`, the hear path's thread time, the audio's seconds and the
     beamformer's complaint, hearing the file as `listen --input F --front-end` does."""
     source = open_source(replace(settings.audio, input_file=path))
-    heard, _ = through_front_end(settings, source, None, None, wake=True)
+    heard = open_microphone(settings.audio, source=source, wake=settings.wake).source
     engine.reset()
     woke = False
     started = time.thread_time()

@@ -18,7 +18,7 @@ from 6 s before the talker starts (the canceller learns the room in its first 2-
 Each clip starts 3 s into its scene, so the front end has heard the room before the wake word.
 
 Every scene is heard four ways, block by block as a device hears it, each front end the runtime's
-own (`listen.ownvoice.through_front_end`: the canceller against the playback reference, then the
+own (`listen.microphone.open_microphone`: the canceller against the playback reference, then the
 path's gain and suppressor, and the own-voice guard on the wake words): raw (`front end off`); the
 recommended noise chain (`front end on`: WebRTC's suppressor at 2, `webrtc-noise-gain`); speex's
 chain (`front end speex`: our gain 10, then `pyspeex-noise` at 2); and the device's default
@@ -65,7 +65,7 @@ from benchmarks.wake import (
     peak_rss,
     speech_rms,
 )
-from edge_agent.asr.transcriber import Transcriber, Transcribing, Transcript
+from edge_agent.asr.transcriber import Transcriber, Transcript
 from edge_agent.asr.whisper import WhisperOnnx
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.frontend import FrontEndSource
@@ -74,7 +74,8 @@ from edge_agent.commands.context import Context
 from edge_agent.config import Settings, WakeSettings
 from edge_agent.errors import EdgeError
 from edge_agent.listen import Heard, Hearing, TurnEnded, Woke
-from edge_agent.listen.ownvoice import WakeFilter, through_front_end
+from edge_agent.listen.microphone import WakeFilter, open_microphone
+from edge_agent.listen.transcribing import Transcribing
 from edge_agent.text.wer import wer
 from edge_agent.vad import make_segmenter
 from edge_agent.wake import WakeEngine
@@ -283,7 +284,8 @@ class Paths:
         clock = Clock()
         reference = PlaybackReference(keep_s=30.0, clock=clock)
         self.mic = LiveMic(segments, clock, BLOCK, reference)
-        self.source, accept = through_front_end(settings, self.mic, reference, None, wake=True)
+        heard_by = open_microphone(settings.audio, source=self.mic, reference=reference, wake=settings.wake)
+        self.source, accept = heard_by.source, heard_by.accept_wake
         self.accept: WakeFilter = accept or (lambda _: True)
 
     @property

@@ -44,12 +44,14 @@ def main(argv: list[str] | None = None) -> int:
 
     # Imported after the first reading, so "python" is the interpreter and the option parser alone.
 
-    from edge_agent.asr.transcriber import Transcriber, TranscribingLoop
+    from edge_agent.asr.transcriber import Transcriber
     from edge_agent.asr.whisper import Padding, WhisperOnnx
     from edge_agent.audio.sources import WavFileSource
     from edge_agent.audio.wav import read_wav
     from edge_agent.commands.context import Context
+    from edge_agent.listen import Heard, HearingModels, hearing_loop
     from edge_agent.listen.endofturn import load_end_of_turn
+    from edge_agent.listen.microphone import Microphone
     from edge_agent.tts.registry import VoiceRegistry
     from edge_agent.tts.voice import synthesize
     from edge_agent.vad import make_segmenter
@@ -73,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         end_of_turn.model.probability(clip)
         end_of_turn.close()
     stages["loaded"] = peak_rss_mb()
-    listener = TranscribingLoop(WavFileSource(args.clip), segmenter, Transcriber(model, settings.asr))
-    transcripts = [t.text for t in listener]
+    source = WavFileSource(args.clip)
+    models = HearingModels(segmenter, Transcriber(model, settings.asr))
+    listener = hearing_loop("always", settings.listen, models, Microphone(source, source))
+    transcripts = [e.transcript.text for e in listener if isinstance(e, Heard)]
     stages["transcribed"] = peak_rss_mb()
     # retry_logprob 0: every result is "unsure", so this decode goes on in the retry window.
     always_retry = replace(Padding.from_settings(settings.asr), retry_logprob=0.0)

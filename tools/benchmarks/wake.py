@@ -42,7 +42,7 @@ import numpy as np
 from benchmarks.clips import clip_settings, clips_dir, espeak_clip, load_16k, piper_clip
 from benchmarks.report import emit, machine, median, percentile
 from edge_agent.announce.playout import DirOpener, play_chime
-from edge_agent.asr.transcriber import Transcriber, Transcribing
+from edge_agent.asr.transcriber import Transcriber
 from edge_agent.asr.whisper import WhisperOnnx
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.sinks import WavSink
@@ -50,6 +50,7 @@ from edge_agent.commands.context import Context
 from edge_agent.config import WAKE_BUILTIN, ListenSettings, WakeSettings
 from edge_agent.errors import EdgeError
 from edge_agent.listen import Heard, Hearing
+from edge_agent.listen.transcribing import Transcribing
 from edge_agent.text.wer import wer
 from edge_agent.tts import kokoro as kokoro_runtime
 from edge_agent.tts.registry import VoiceRegistry

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from edge_agent.errors import UsageError
-from edge_agent.onnxsessions import make_session
+from edge_agent.runtime.sessions import make_session
 from edge_agent.tts.piper import PiperConfig
 from exporters.quantize import Feed
 

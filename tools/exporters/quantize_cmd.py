@@ -9,7 +9,7 @@ import numpy as np
 
 from edge_agent.errors import UsageError
 from edge_agent.models.store import sha256_file
-from edge_agent.onnxsessions import make_session
+from edge_agent.runtime.sessions import make_session
 from exporters.compare import compare, load_inputs, sample_feeds
 from exporters.manifest import MANIFEST, file_entry, read_manifest, write_json_atomic
 from exporters.progress import Progress

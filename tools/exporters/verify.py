@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from edge_agent.models.store import sha256_file
-from edge_agent.onnxsessions import make_session
+from edge_agent.runtime.sessions import make_session
 from edge_agent.tts.melvocoder import FORMAT as VOCODER_FORMAT
 from exporters.manifest import MANIFEST, read_manifest
 from exporters.progress import Progress
@@ -87,7 +87,7 @@ def _whisper(directory: Path, doc: dict[str, Any], threads: int, progress: Progr
 
 def _vocoder(directory: Path, doc: dict[str, Any], threads: int, progress: Progress) -> list[str]:
     """Each variant's whole graph and windowed device path against PyTorch's waveforms."""
-    from edge_agent.onnxsessions import make_session
+    from edge_agent.runtime.sessions import make_session
     from edge_agent.tts.melvocoder import MelVocoder
     from exporters.vocoder.pipeline import parity_diffs
 

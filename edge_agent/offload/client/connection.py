@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge_agent import __version__
-from edge_agent.config import Endpoint, OffloadSettings, parse_uri
+from edge_agent.endpoints import Endpoint, parse_uri
 from edge_agent.errors import TIMEOUTS
 from edge_agent.offload.client.breaker import Backoff, CircuitBreaker
 from edge_agent.offload.client.errors import RemoteError, RemoteTimeout, Unavailable
 from edge_agent.offload.client.stream import RemoteStream
+from edge_agent.offload.settings import OffloadSettings
 from edge_agent.offload.wire import auth
 from edge_agent.offload.wire.codecs import available_codecs
 from edge_agent.offload.wire.framing import (

@@ -22,20 +22,18 @@ import numpy as np
 
 from edge_agent.audio.frames import AudioChunk
 from edge_agent.audio.resample import resample
-from edge_agent.config import OffloadSettings, Settings, TtsSettings
-from edge_agent.models.store import ModelStore
 from edge_agent.offload.client.connection import OffloadClient
 from edge_agent.offload.client.errors import RemoteError, RemoteTimeout, Unavailable
 from edge_agent.offload.client.servers import ServerPool
 from edge_agent.offload.client.stream import RemoteSentence, RemoteStream
+from edge_agent.offload.settings import OffloadSettings
 from edge_agent.offload.wire.auth import load_psk
 from edge_agent.offload.wire.codecs import opus_rate
 from edge_agent.offload.wire.framing import ErrorCode
 from edge_agent.offload.wire.messages import Codec
 from edge_agent.offload.wire.transport import OffloadError
-from edge_agent.providers import for_use
 from edge_agent.tts.local import LocalSynthesizer
-from edge_agent.tts.registry import VoiceRegistry
+from edge_agent.tts.settings import TtsSettings
 from edge_agent.tts.voice import Voice, VoiceOffer, synthesize_sentences
 
 log = logging.getLogger(__name__)
@@ -249,13 +247,12 @@ class SynthRouter:
             self.pool.close()
 
 
-def make_synthesizer(settings: Settings, store: ModelStore) -> SynthRouter:
-    """The synthesizer `settings` ask for; its client (if any) is already connecting. Close it when done.
+def make_synthesizer(offload: OffloadSettings, local: LocalSynthesizer) -> SynthRouter:
+    """The synthesizer `offload` asks for, beside the `local` voice; its client (if any) is already
+    connecting. Close it when done (the local voice is its owner's to close).
 
     With no `offload.server`/`offload.servers`, or policy `local`, the router never leaves the device.
     """
-    local = LocalSynthesizer(VoiceRegistry(store, settings.tts, accel=for_use(settings, "tts")), settings.tts)
-    offload = settings.offload
     pool = None
     if offload.offloads:
         pool = ServerPool(offload, load_psk(offload.psk_file))

@@ -29,10 +29,11 @@ import threading
 import time
 from collections.abc import Collection
 
-from edge_agent.config import Endpoint, OffloadSettings, parse_uri
+from edge_agent.endpoints import Endpoint, parse_uri
 from edge_agent.errors import TIMEOUTS
 from edge_agent.offload.client.breaker import BreakerState
 from edge_agent.offload.client.connection import ClientLoop, OffloadClient
+from edge_agent.offload.settings import OffloadSettings
 
 log = logging.getLogger(__name__)
 

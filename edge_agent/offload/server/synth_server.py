@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from edge_agent import __version__
-from edge_agent.config import ServerSettings
 from edge_agent.errors import TIMEOUTS, ConfigError
 from edge_agent.logs import Throttle
 from edge_agent.offload.server.admission import HandshakeSlots
@@ -29,6 +28,7 @@ from edge_agent.offload.server.scheduler import (
     sentence_work,
 )
 from edge_agent.offload.server.server_metrics import ServerMetrics
+from edge_agent.offload.settings import ServerSettings
 from edge_agent.offload.wire import auth
 from edge_agent.offload.wire.codecs import OPUS_RATES, SentenceEncoder, available_codecs, opus_rate
 from edge_agent.offload.wire.framing import (

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from edge_agent.models import ModelStore
-from edge_agent.onnxsessions import make_session
+from edge_agent.runtime.sessions import make_session
 from edge_agent.tts.windowed import FIRST_FRAMES, Vocoder, VocoderInfo, plan_windows
 from exporters.quantize import quantize
 from exporters.vocoder.hifigan import CODE, CODE_SOURCE, Config, build_generator, inference_form

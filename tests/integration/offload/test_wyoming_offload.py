@@ -34,8 +34,8 @@ def test_info_lists_the_server_voice_while_a_server_offers_it_and_drops_it_when_
     server = serve(voices={REMOTE: piper_voice})
     router = make_router(local_synth, server.uri, voice=REMOTE)
     settings = Settings(offload=OffloadSettings(server=server.uri, voice=REMOTE))
-    wyoming = ServerThread(lambda: WyomingServer(Services(tts=TtsService(lambda: router, settings)),
-                                                 settings.wyoming))
+    tts = TtsService(lambda: router, settings.wyoming, settings.tts.voice, settings.offload.voice)
+    wyoming = ServerThread(lambda: WyomingServer(Services(tts=tts), settings.wyoming))
     try:
         assert router.pool.wait_ready(30)
         assert _listed(wyoming) == [PIPER, REMOTE]

@@ -26,7 +26,7 @@ from benchmarks.clips import Clip
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.resample import resample
 from edge_agent.errors import ModelError
-from edge_agent.onnxsessions import make_session
+from edge_agent.runtime.sessions import make_session
 from edge_agent.text.wer import wer
 from edge_agent.tts.melvocoder import FORMAT, MelVocoder
 from exporters.manifest import MANIFEST, file_entry, io_signature, staged, write_json_atomic

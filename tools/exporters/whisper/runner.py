@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from edge_agent.asr.features import Features
-from edge_agent.onnxsessions import make_session
+from edge_agent.runtime.sessions import make_session
 
 
 @dataclass(frozen=True)

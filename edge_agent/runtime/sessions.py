@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.errors import ModelError
-from edge_agent.providers import CPU, Accelerator, Profile
+from edge_agent.runtime.providers import CPU, Accelerator, Profile
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edge_agent.errors import ModelError
-from edge_agent.onnxsessions import index_weights, load_weights, make_session
+from edge_agent.runtime.sessions import index_weights, load_weights, make_session
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_a_model_that_is_not_onnx_is_a_model_error(tmp_path: Path) -> None:
 def test_loading_weights_does_not_import_onnx(model: Path) -> None:
     # `import onnx` costs about a second of CPU: the device's load path must not pay it.
     code = ("import sys; from pathlib import Path; "
-            "from edge_agent.onnxsessions import load_weights, make_session; "
+            "from edge_agent.runtime.sessions import load_weights, make_session; "
             f"p = Path({str(model)!r}); make_session(p, 1, weights=load_weights(p)); "
             "print(sorted(m for m in sys.modules if m == 'onnx' or m.startswith('onnx.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
@@ -93,7 +93,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
-from edge_agent.onnxsessions import session_options
+from edge_agent.runtime.sessions import session_options
 
 def peak_mb():
     for line in Path("/proc/self/status").read_text().splitlines():

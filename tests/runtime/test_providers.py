@@ -16,11 +16,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from edge_agent import providers
 from edge_agent.config import RuntimeSettings, Settings, load_settings
 from edge_agent.errors import ConfigError
-from edge_agent.onnxsessions import make_session, session_options
-from edge_agent.providers import Accelerator, Profile, choose, for_use, running_on
+from edge_agent.runtime import providers
+from edge_agent.runtime.providers import Accelerator, Profile, choose, for_use, running_on
+from edge_agent.runtime.sessions import make_session, session_options
 
 
 @pytest.fixture(autouse=True)
@@ -43,11 +43,11 @@ def relu(tmp_path: Path) -> Path:
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.name == "edge_agent.providers" and r.levelno == logging.WARNING]
+            if r.name == "edge_agent.runtime.providers" and r.levelno == logging.WARNING]
 
 
 def test_the_default_is_cpu_without_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    accel = for_use(Settings(), "tts")
+    accel = for_use(RuntimeSettings(), "tts")
     assert accel.names == ("cpu",) and accel.cpu_only
     assert warnings_of(caplog) == []
 
@@ -135,9 +135,9 @@ def test_a_one_shot_command_runs_on_the_cpu_whatever_the_general_list(
     """`say` with cuda first in runtime.providers on a build that offers it: no CUDA session."""
     monkeypatch.setattr(providers, "available", lambda: ["tensorrt", "cuda", "cpu"])
     settings = _settings(tmp_path, "  providers: [cuda, cpu]\n")
-    caplog.set_level(logging.INFO, logger="edge_agent.providers")
-    assert providers.for_use(settings, "tts").names == ("cuda", "cpu")  # the daemon's choice
-    accel = providers.one_shot(settings, "tts")
+    caplog.set_level(logging.INFO, logger="edge_agent.runtime.providers")
+    assert providers.for_use(settings.runtime, "tts").names == ("cuda", "cpu")  # the daemon's choice
+    accel = providers.one_shot(settings.runtime, "tts")
     assert accel.names == ("cpu",) and accel.cpu_only
     assert any("one-shot command runs on the cpu" in r.getMessage() for r in caplog.records)
 
@@ -145,7 +145,7 @@ def test_a_one_shot_command_runs_on_the_cpu_whatever_the_general_list(
 def test_a_one_shot_command_honours_its_own_use_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(providers, "available", lambda: ["cuda", "cpu"])
     settings = _settings(tmp_path, "  providers: [cpu]\n  tts: [cuda, cpu]\n")
-    assert providers.one_shot(settings, "tts").names == ("cuda", "cpu")
+    assert providers.one_shot(settings.runtime, "tts").names == ("cuda", "cpu")
 
 
 def test_gpu_libraries_are_preloaded_once_and_only_for_a_gpu_choice(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from edge_agent.config import CudaSettings, Settings, TensorrtSettings
+from edge_agent.runtime.settings import CudaSettings, RuntimeSettings, TensorrtSettings
 
 log = logging.getLogger(__name__)
 
@@ -156,25 +156,22 @@ def choose(use: str, wanted: Sequence[str], *, trt: TensorrtSettings | None = No
     return Accelerator(use, tuple(names), trt or TensorrtSettings(), cuda or CudaSettings(), cache_dir)
 
 
-def for_use(settings: Settings, use: Use) -> Accelerator:
-    """The accelerator `settings.runtime` gives `use` (TensorRT caches under the model cache)."""
-    runtime = settings.runtime
-    return choose(use, runtime.wanted(use), trt=runtime.tensorrt, cuda=runtime.cuda,
-                  cache_dir=settings.models.cache_dir)
+def for_use(runtime: RuntimeSettings, use: Use, cache_dir: Path | None = None) -> Accelerator:
+    """The accelerator `runtime` gives `use` (TensorRT caches under `cache_dir`, the model cache)."""
+    return choose(use, runtime.wanted(use), trt=runtime.tensorrt, cuda=runtime.cuda, cache_dir=cache_dir)
 
 
-def one_shot(settings: Settings, use: Use) -> Accelerator:
+def one_shot(runtime: RuntimeSettings, use: Use, cache_dir: Path | None = None) -> Accelerator:
     """The accelerator of a one-shot command for `use`: the CPU, unless `runtime.<use>` itself
     names providers. `runtime.providers` is for processes that stay up (`run`, `serve`): a
     `say` that started CUDA for one sentence took 5 s and 1 GB instead of about 3 s and
     0.36 GB on the CPU (an H200 host, issue 37)."""
-    runtime = settings.runtime
     if getattr(runtime, use, None) is not None:
-        return for_use(settings, use)
+        return for_use(runtime, use, cache_dir)
     if runtime.providers != ("cpu",):
         log.info("%s: a one-shot command runs on the cpu (runtime.providers is for long-running "
                  "processes; set runtime.%s to use %s here)", use, use, ", ".join(runtime.providers))
-    return Accelerator(use, ("cpu",), runtime.tensorrt, runtime.cuda, settings.models.cache_dir)
+    return Accelerator(use, ("cpu",), runtime.tensorrt, runtime.cuda, cache_dir)
 
 
 @functools.cache

@@ -1,3 +1,6 @@
+"""The one listening loop (`listen.loop`) in mode `always`: every utterance transcribed, as the
+`transcribe` verb and the benchmarks run it; the pump's ways to consume it and its errors."""
+
 import asyncio
 import itertools
 import threading
@@ -6,9 +9,11 @@ import time
 import numpy as np
 import pytest
 
-from edge_agent.asr.transcriber import Transcriber, TranscribingLoop
-from edge_agent.config import AsrSettings, VadSettings
+from edge_agent.asr.transcriber import Transcriber
+from edge_agent.config import AsrSettings, ListenSettings, VadSettings
 from edge_agent.errors import AudioError
+from edge_agent.listen import Heard, HearingModels, hearing_loop
+from edge_agent.listen.microphone import Microphone
 from edge_agent.text.wer import wer
 from edge_agent.vad import Segmenter, SileroClassifier, WebRtcClassifier
 from tests.speech_fixtures import RATE, silence
@@ -51,13 +56,19 @@ def commands(espeak_clips):
 
 def make(whisper, source):
     segmenter = Segmenter(WebRtcClassifier(2), VadSettings())
-    return TranscribingLoop(source, segmenter, Transcriber(whisper, AsrSettings()))
+    models = HearingModels(segmenter, Transcriber(whisper, AsrSettings()))
+    return hearing_loop("always", ListenSettings(), models, Microphone(source, source))
+
+
+def transcripts(events):
+    assert all(isinstance(e, Heard) for e in events)  # mode `always` has no turns
+    return [e.transcript for e in events]
 
 
 def test_iterating_yields_each_utterance_in_order(whisper, commands):
     texts, audio = commands
     listener = make(whisper, ArraySource(audio))
-    got = list(listener)
+    got = transcripts(list(listener))
     assert len(got) == 3
     assert wer(texts, [t.text for t in got]) <= 0.25
     assert all(a.end < b.start for a, b in itertools.pairwise(got))
@@ -84,8 +95,8 @@ def test_async_stream_yields_transcripts_and_stops_when_left(whisper, commands):
     async def first_two():
         out = []
         listener = make(whisper, ArraySource(np.concatenate([audio, silence(30)]), pace=0.001))
-        async for transcript in listener.stream():
-            out.append(transcript.text)
+        async for event in listener.stream():
+            out.append(event.transcript.text)
             if len(out) == 2:
                 break
         return out, listener
@@ -118,17 +129,18 @@ def test_loud_noise_that_webrtc_passes_is_dropped_as_no_speech(whisper):
     assert listener.stats.utterances >= 1 and listener.transcriber.dropped >= 1
 
 
-def test_build_transcribing_loop_wires_the_configured_vad_and_model(whisper_dir, commands, shared_cache,
-                                                                   silero_model):
-    from edge_agent.asr.transcriber import build_transcribing_loop
+def test_build_hearing_wires_the_configured_vad_and_model(whisper_dir, commands, shared_cache, silero_model):
     from edge_agent.config import load_settings
     from edge_agent.models import ModelStore, load_catalog
+    from edge_agent.parts import build_hearing
 
-    settings = load_settings(None, {"asr.model": str(whisper_dir), "vad.engine": "silero"})
+    settings = load_settings(None, {"asr.model": str(whisper_dir), "vad.engine": "silero",
+                                    "listen.mode": "always"})
     texts, audio = commands
-    listener = build_transcribing_loop(settings, ModelStore(shared_cache, load_catalog()), ArraySource(audio))
-    assert isinstance(listener.segmenter.classifier, SileroClassifier)
-    assert wer(texts, [t.text for t in listener]) <= 0.25
+    listener = build_hearing(settings, ModelStore(shared_cache, load_catalog()), ArraySource(audio),
+                             front_end=False)
+    assert isinstance(listener.hearing.transcribing.segmenter.classifier, SileroClassifier)
+    assert wer(texts, [t.text for t in transcripts(list(listener))]) <= 0.25
 
 
 def test_stop_during_a_read_is_not_reported_as_an_error(whisper, commands):
