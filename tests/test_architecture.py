@@ -396,3 +396,10 @@ def test_the_internals_rule_catches_private_imports_and_reads(tmp_path: Path):
         "def f(announcer, self):\n    return announcer._queue, self._own, announcer.__class__\n")
     assert private_reads(tmp_path, "edge_agent.wyoming") == {
         "edge_agent.wyoming.server": ["announcer._queue", "edge_agent.announce.queue._Entry"]}
+
+
+def test_no_import_cycle_among_the_benchmarks():
+    """A bench that shares a piece with another takes it from a module both import (`echo`,
+    `livemic`, `peers`, `wake`'s noises), never from the other bench, which may dispatch to it."""
+    benchmarks = {name: deps for name, deps in TOOL_DEPS.items() if within(name, "benchmarks")}
+    assert cycles(benchmarks) == []

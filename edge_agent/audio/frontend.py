@@ -1,4 +1,6 @@
 """The microphone front end: echo cancellation, automatic gain, noise suppression, in that order.
+As shipped only the canceller is on (`audio.echo_cancel`); the gain and the suppressor wait for
+`audio.auto_gain_dbfs` and `audio.noise_suppression`.
 
 One stage ahead of everything that hears (wake word, VAD, Whisper, the Wyoming satellite's
 stream): `FrontEndSource` wraps any `AudioSource`, so each consumer gets the cleaned blocks
@@ -14,7 +16,7 @@ without knowing. The work is done in 10 ms frames:
    takes a level within 18 dB of the recent noise floor for noise, so a fan or babble is not
    lifted into the wake word (in `bench hear --room` the faster gain cost 12 of the 14 detections
    the chain now finds in fan noise at 10 dB);
-3. noise suppression, whose by `audio.noise_suppressor`: WebRTC's (`webrtc-noise-gain`,
+3. noise suppression, whose `audio.noise_suppressor` says: WebRTC's (`webrtc-noise-gain`,
    wyoming-satellite's) by default, or speex's spectral suppressor (`pyspeex-noise`, Home
    Assistant's pipeline's; a 145 kB wheel against WebRTC's 8.9 MB). In `bench hear --room`
    WebRTC's found as many wake words in noise as speex's behind a gain and lost fewer words in the

@@ -6,12 +6,11 @@ import argparse
 import json
 import logging
 import time
-from dataclasses import replace
-from pathlib import Path
 
 from edge_agent.audio.settings import AudioSettings
-from edge_agent.audio.sources import AudioSource, WavFileSource, open_pcm_stdin, open_source
+from edge_agent.audio.sources import AudioSource
 from edge_agent.commands.context import Context
+from edge_agent.commands.inputs import add_raw_pcm_arguments, open_named
 from edge_agent.errors import UsageError
 from edge_agent.listen import Event, Heard, TurnEnded, Woke
 from edge_agent.parts import build_hearing
@@ -33,9 +32,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     p.add_argument("--mode", choices=("wake", "always"), help="override listen.mode")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per line: {\"event\": \"wake\"|\"transcript\"|\"turn_end\", ...}")
-    p.add_argument("--rate", type=int, default=16000,
-                   help="sample rate of raw PCM on stdin (Hz; default 16000: say so for other rates)")
-    p.add_argument("--channels", type=int, default=1, help="channels of raw PCM on stdin (default 1)")
+    add_raw_pcm_arguments(p)
     p.add_argument("--front-end", action="store_true",
                    help="hear the WAV file as the device hears its microphones: its channels through "
                         "the beamformer (audio.mic_geometry; else averaged), then the gain and the "
@@ -48,17 +45,11 @@ def open_input(args: argparse.Namespace, audio: AudioSettings | None = None) -> 
     configured input is (`open_source`), so its channels meet the device's beamformer."""
     if args.input is None:
         return None
-    if args.input == "-":
-        if getattr(args, "front_end", False):
-            raise UsageError("--front-end hears a WAV file; for raw PCM on stdin set "
-                             "audio.input_pipe '-' (the device's own input path)")
-        return open_pcm_stdin(args.rate, args.channels)
-    path = Path(args.input)
-    if path.is_dir():
-        raise UsageError(f"{path}: is a directory")
-    if getattr(args, "front_end", False) and audio is not None:
-        return open_source(replace(audio, input_file=path, input_pipe=None, input_command=None))
-    return WavFileSource(path)
+    front_end = getattr(args, "front_end", False)
+    if args.input == "-" and front_end:
+        raise UsageError("--front-end hears a WAV file; for raw PCM on stdin set "
+                         "audio.input_pipe '-' (the device's own input path)")
+    return open_named(args.input, args.rate, args.channels, audio if front_end else None)
 
 
 def event_json(event: Event) -> dict[str, object]:

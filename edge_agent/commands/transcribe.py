@@ -6,11 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from pathlib import Path
 
-from edge_agent.audio.sources import AudioSource, WavFileSource, open_pcm_stdin
 from edge_agent.commands.context import Context
-from edge_agent.errors import UsageError
+from edge_agent.commands.inputs import add_raw_pcm_arguments, open_named
 from edge_agent.listen import Heard
 from edge_agent.parts import build_hearing
 
@@ -27,19 +25,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     p.add_argument("file", metavar="FILE.wav")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per line: {\"text\", \"start\", \"end\"} (seconds)")
-    p.add_argument("--rate", type=int, default=16000,
-                   help="sample rate of raw PCM on stdin (Hz; default 16000: say so for other rates)")
-    p.add_argument("--channels", type=int, default=1, help="channels of raw PCM on stdin (default 1)")
+    add_raw_pcm_arguments(p)
     p.set_defaults(handler=run)
-
-
-def open_source(args: argparse.Namespace) -> AudioSource:
-    if args.file == "-":
-        return open_pcm_stdin(args.rate, args.channels)
-    path = Path(args.file)
-    if path.is_dir():
-        raise UsageError(f"{path}: is a directory")
-    return WavFileSource(path)
 
 
 def format_line(text: str, start: float, end: float) -> str:
@@ -48,7 +35,7 @@ def format_line(text: str, start: float, end: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     ctx = Context(args, {"listen.mode": "always"})
-    source = open_source(args)  # bad input fails here, before any model is loaded
+    source = open_named(args.file, args.rate, args.channels)  # bad input fails before any model loads
     try:
         listener = build_hearing(ctx.settings, ctx.store, source, front_end=False)
     except BaseException:

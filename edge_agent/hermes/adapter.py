@@ -43,7 +43,7 @@ from edge_agent.announce.message import FINAL_STATES, SAFE_INTEGER, loads, peek
 from edge_agent.announce.pipeline import Announcer
 from edge_agent.listen.hearing import Heard, Woke
 from edge_agent.listen.turn import HearObserver, RemoteHeard
-from edge_agent.mqtt.bridge import Message
+from edge_agent.mqtt.outbox import Message
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from edge_agent.announce.message import loads
 from edge_agent.announce.pipeline import Announcer
 from edge_agent.homeassistant.discovery import HaTopics, discovery_payload
-from edge_agent.mqtt.bridge import Message
+from edge_agent.mqtt.outbox import Message
 
 log = logging.getLogger(__name__)
 

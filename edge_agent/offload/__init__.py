@@ -15,7 +15,8 @@ The client and the server sides never import each other; both import `wire/`.
 Public means the three side packages themselves: code outside `offload/` imports only
 `edge_agent.offload.wire`, `edge_agent.offload.client` or `edge_agent.offload.server`, each of
 which names its entry points in `__all__`, and `edge_agent.offload.settings`, both sides'
-settings sections (`offload` and `server`), which `config` assembles without loading either side. The modules inside them are internal and may change
-shape; tests and benchmarks, which measure those internals, are the exception.
+settings sections (`offload` and `server`), which `config` assembles without loading either
+side. The modules inside them are internal and may change shape; tests and benchmarks, which
+measure those internals, are the exception.
 `tests/test_architecture.py` holds the package to these rules.
 """

@@ -9,7 +9,6 @@ Windows decode to the same samples as the whole spectrogram (`edge_agent.tts.win
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import numpy.typing as npt
 
 from edge_agent.audio.frames import Samples
 from edge_agent.errors import ModelError
+from edge_agent.models.jsonfile import read_json
 from edge_agent.models.store import sha256_file
 from edge_agent.runtime.providers import CPU, Accelerator
 from edge_agent.runtime.sessions import make_session
@@ -52,12 +52,7 @@ class VocoderExport:
     @staticmethod
     def load(directory: Path) -> VocoderExport:
         path = directory / MANIFEST
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ModelError(f"{path}: missing (not a vocoder export: run `edge-export vocoder`)") from None
-        except (OSError, ValueError) as exc:
-            raise ModelError(f"{path}: unreadable ({exc})") from None
+        doc = read_json(path, "not a vocoder export: run `edge-export vocoder`")
         found = doc.get("format") if isinstance(doc, dict) else None
         if found != FORMAT:
             raise ModelError(f"{path}: not a vocoder export (format {found!r}, expected {FORMAT!r})")

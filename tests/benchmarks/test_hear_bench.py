@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.hear import NOISES, erle_windows, mixed, music, ours, padded, speex_gain
-from benchmarks.wake import speech_rms
+from benchmarks.echo import erle_windows
+from benchmarks.hear import NOISES, mixed, ours, padded, speex_gain
+from benchmarks.wake import music, speech_rms
 
 
 def test_each_noise_is_mixed_at_the_snr_asked_for():

@@ -88,7 +88,7 @@ def test_the_hearing_loop_with_a_playback_reference_hears_through_the_front_end_
         whisper_dir, tmp_path):
     """What the daemon builds for a live microphone: the front end around the source, the guard
     ahead of the daemon's own wake filter (which is still asked for what the guard lets through)."""
-    from benchmarks.hear import Clock, LiveMic
+    from benchmarks.livemic import Clock, LiveMic
     from edge_agent.audio.frontend import FrontEndSource
     from edge_agent.audio.reference import PlaybackReference
     from edge_agent.config import load_settings

@@ -3,7 +3,7 @@ import itertools
 import numpy as np
 import pytest
 
-from benchmarks.hear import music
+from benchmarks.wake import music
 from edge_agent.config import VadSettings
 from edge_agent.errors import ModelError
 from edge_agent.models import ModelStore, load_catalog

@@ -25,17 +25,19 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.clips import COMMANDS, PARAGRAPH, clip_settings, clips_dir, load_16k, piper_clip
+from benchmarks.clips import COMMANDS, clip_settings, clips_dir, load_16k, piper_clip
+from benchmarks.echo import ANNOUNCEMENTS, CARD_DELAY_S, OWN_SPELLINGS, floats, measure_echo, pcm16
+from benchmarks.livemic import Clock, LiveMic
 from benchmarks.report import emit, machine
-from benchmarks.wake import EVERYDAY, babble, pink_noise, speech_rms
-from edge_agent.audio.echo import FRAME, EchoCanceller, EchoUnavailable, SpeexEcho
+from benchmarks.wake import EVERYDAY, noise_of, speech_rms
+from edge_agent.audio.echo import FRAME
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.frontend import AutoGain, SpeexSuppressor
 from edge_agent.audio.reference import PlaybackReference
@@ -49,20 +51,11 @@ log = logging.getLogger(__name__)
 
 RATE = 16000
 NOISES = ("babble", "white", "pink", "music")
-ANNOUNCEMENTS = (
-    "The washing machine has finished its program, and the dryer is next. "
-    "Please move the clothes before they start to smell.",
-    "Your parcel has been delivered to the front porch. The courier left it beside the door.",
-)
-OWN_SPELLINGS = ("OK Nabu, the washing machine has finished.", "Ok, Nabu: the front door is still open.",
-                 "Okey Nabu, it is going to rain.")
 USER_LEVELS_DB = (-10.0, -5.0, 0.0, 5.0, 10.0)
 """The user's speech level relative to our voice's echo at the microphone."""
 ECHO_RMS = 0.05
 """Our voice at the microphone (-26 dBFS while speaking) in the barge-in and own-voice runs: loud,
 as a loudspeaker a hand's width from the microphone is, with room for a user 10 dB above it."""
-CARD_DELAY_S = 0.1
-"""Sound card output plus input latency in front of the room (ALSA on a small board)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,7 +111,7 @@ def webrtc(ns: int, agc: int) -> Callable[[], Callable[[Samples], Samples]]:
         proc = AudioProcessor(agc, ns)
 
         def step(frame: Samples) -> Samples:
-            return _floats(proc.Process10ms(_pcm(frame).tobytes()).audio)
+            return floats(proc.Process10ms(pcm16(frame).tobytes()).audio)
 
         return step
 
@@ -133,7 +126,7 @@ def speex_gain(level: int) -> Callable[[], Callable[[Samples], Samples]]:
         proc = AudioProcessor(level, -30)
 
         def step(frame: Samples) -> Samples:
-            return _floats(proc.process_10ms(_pcm(frame).tobytes()))
+            return floats(proc.process_10ms(pcm16(frame).tobytes()))
 
         return step
 
@@ -178,29 +171,6 @@ def processors() -> list[Processor]:
 
 
 # -- signals -------------------------------------------------------------------------------
-
-
-def music(n: int, rng: np.random.Generator) -> Samples:
-    """Plucked harmonic notes, four a second, unit RMS."""
-    out = np.zeros(n, dtype=np.float32)
-    step = RATE // 4
-    t = np.arange(step) / RATE
-    for start in range(0, n, step):
-        f0 = 110.0 * 2 ** (int(rng.integers(0, 24)) / 12)
-        note = sum(np.sin(2 * np.pi * f0 * k * t) / k for k in range(1, 6)) * np.exp(-3 * t)
-        out[start:start + step] = note[:min(step, n - start)]
-    tones: Samples = (out / (np.sqrt(np.mean(out ** 2)) + 1e-12)).astype(np.float32)
-    return tones
-
-
-def noise_of(kind: str, n: int, pool: Sequence[Samples], rng: np.random.Generator) -> Samples:
-    if kind == "white":
-        return rng.normal(size=n).astype(np.float32)
-    if kind == "pink":
-        return pink_noise(n, rng)
-    if kind == "music":
-        return music(n, rng)
-    return babble(n, pool, rng)
 
 
 def padded(audio: Samples) -> Samples:
@@ -284,129 +254,7 @@ def room_impulse(simulated: bool, rng: np.random.Generator, card_delay_s: float 
     return np.concatenate([delay, 0.5 * tail]).astype(np.float32), "synthetic, RT60 0.25 s"
 
 
-def erle_windows(mic: Samples, out: Samples, window_s: float = 2.0) -> list[float]:
-    n = round(window_s * RATE)
-    found = []
-    for start in range(0, min(mic.size, out.size) - n + 1, n):
-        m = float(np.sum(mic[start:start + n].astype(np.float64) ** 2))
-        o = float(np.sum(out[start:start + n].astype(np.float64) ** 2)) + 1e-12
-        found.append(round(10 * np.log10(m / o), 1) if m > 1e-6 else float("nan"))
-    return found
-
-
-def cancel_with(step: Callable[[Samples, Samples], Samples], mic: Samples,
-                ref: Samples) -> tuple[Samples, float]:
-    out = np.zeros_like(mic)
-    started = time.thread_time()
-    for i in range(0, mic.size - FRAME + 1, FRAME):
-        out[i:i + FRAME] = step(mic[i:i + FRAME], ref[i:i + FRAME])
-    return out, time.thread_time() - started
-
-
-def cancellers(tail_ms: int = 200) -> dict[str, Callable[[Samples, Samples], Samples]]:
-    """Each canceller as one frame step; the raw speex ones see the reference unaligned (as
-    `speexaec` 0.1.3 and `speexdsp-aec` 0.1.0 offer it: both wrap libspeexdsp's canceller)."""
-    out: dict[str, Callable[[Samples, Samples], Samples]] = {
-        "ours: speex + delay estimate + residual suppressor": EchoCanceller(tail_ms).process,
-        "ours without the residual suppressor": EchoCanceller(tail_ms, suppress=False).process,
-    }
-    raw = SpeexEcho(tail_ms, suppress=False)
-    out["libspeexdsp alone, unaligned"] = lambda m, r: _floats(raw.process(_pcm(m), _pcm(r)))
-    try:
-        import speexaec
-
-        ec = speexaec.EchoCanceller(FRAME, tail_ms * RATE // 1000, RATE)
-        out["speexaec 0.1.3, unaligned"] = lambda m, r: _floats(ec.process(_pcm(m), _pcm(r)))
-    except ImportError:
-        log.warning("speexaec not installed: not measured")
-    return out
-
-
-def _pcm(samples: Samples) -> np.ndarray:
-    pcm: np.ndarray = np.clip(np.round(samples * 32767), -32768, 32767).astype("<i2")
-    return pcm
-
-
-def _floats(pcm: bytes | np.ndarray) -> Samples:
-    ints = np.frombuffer(pcm, "<i2") if isinstance(pcm, bytes) else np.asarray(pcm, dtype=np.int16)
-    out: Samples = ints.astype(np.float32) * np.float32(1 / 32768)
-    return out
-
-
-def measure_echo(say: Callable[[str], Samples], impulse: Samples) -> dict[str, Any]:
-    played = np.concatenate([say(PARAGRAPH), say(ANNOUNCEMENTS[0])])
-    played = (0.5 * played / np.max(np.abs(played))).astype(np.float32)
-    mic = np.convolve(played, impulse)[:played.size].astype(np.float32)
-    mic += np.random.default_rng(3).normal(0, 1e-3, mic.size).astype(np.float32)
-    out: dict[str, Any] = {"played_s": round(played.size / RATE, 1)}
-    try:
-        steps = cancellers()
-    except EchoUnavailable as exc:
-        return {"error": str(exc)}
-    for name, step in steps.items():
-        cleaned, cpu = cancel_with(step, mic, played)
-        windows = erle_windows(mic, cleaned)
-        settled = [w for w in windows[2:] if not np.isnan(w)]
-        out[name] = {"erle_db_per_2s": windows, "erle_db_first_2s": windows[0],
-                     "erle_db_after_4s_median": round(float(np.median(settled)), 1) if settled else None,
-                     "cpu_ms_per_s": round(1000 * cpu / (mic.size / RATE), 2)}
-        log.info("%s: %s", name, out[name])
-    return out
-
-
 # -- the whole path: sink timeline, live microphone, front end, own-voice guard --------------
-
-
-class Clock:
-    """A monotonic clock the test or bench moves by hand."""
-
-    def __init__(self, start: float = 10.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class LiveMic:
-    """A live microphone fed from an array, or from `(microphone, played)` segments made as they
-    are needed; the clock moves as each block is 'recorded'. With a `reference`, what the
-    loudspeaker plays during a block (`played`, None or zeros: nothing) is written to it as the
-    block starts, as a sink writes ahead of its card; the echo of it is already in the microphone's
-    audio."""
-
-    live = True
-    sample_rate = RATE
-
-    def __init__(self, audio: Samples | Iterable[tuple[Samples, Samples | None]], clock: Clock,
-                 block: int = 1280, reference: PlaybackReference | None = None) -> None:
-        self.segments = [(audio, None)] if isinstance(audio, np.ndarray) else audio
-        self.clock, self.block, self.reference = clock, block, reference
-        self.last: Samples = np.zeros(0, dtype=np.float32)
-        """The block yielded last (what the microphone heard before any front end)."""
-        self.making_s = 0.0
-        """Thread CPU spent making segments (not hearing them)."""
-
-    def blocks(self) -> Iterator[Samples]:
-        segments = iter(self.segments)
-        while True:
-            started = time.thread_time()
-            segment = next(segments, None)
-            self.making_s += time.thread_time() - started
-            if segment is None:
-                return
-            audio, played = segment
-            for i in range(0, audio.size, self.block):
-                piece = audio[i:i + self.block]
-                if played is not None and self.reference is not None:
-                    out = played[i:i + self.block]
-                    if np.any(out):
-                        self.reference.write(out, at=self.clock.now)
-                self.last = piece
-                self.clock.now += piece.size / RATE
-                yield piece
-
-    def close(self) -> None:
-        pass
 
 
 def play_and_hear(played: Samples, impulse: Samples, user: Samples | None = None, *, echo_cancel: bool,

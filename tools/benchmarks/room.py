@@ -11,7 +11,7 @@ white noise. Our announcements play at -20 dBFS, the loudspeaker's path (100 ms 
 front of the room) scaled to the echo-to-speech ratio of the condition.
 
 Conditions, each over the same clips: the room alone; babble (four sentences at once from
-our own voices), music-like tones (`hear.music`) and a fan (white noise) at 10 and 0 dB SNR at
+our own voices), music-like tones (`wake.music`) and a fan (white noise) at 10 and 0 dB SNR at
 the microphone (the talker's reverberant speech over the noise as the microphone hears it); and
 the loudspeaker playing our announcements at 0 and +10 dB echo-to-speech at the microphone,
 from 6 s before the talker starts (the canceller learns the room in its first 2-4 s of playback).
@@ -52,7 +52,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.clips import COMMANDS, PARAGRAPH
-from benchmarks.hear import ANNOUNCEMENTS, CARD_DELAY_S, OWN_SPELLINGS, Clock, LiveMic, measure_echo, noise_of
+from benchmarks.echo import ANNOUNCEMENTS, CARD_DELAY_S, OWN_SPELLINGS, measure_echo
+from benchmarks.livemic import Clock, LiveMic
 from benchmarks.report import emit, machine, median, percentile
 from benchmarks.wake import (
     EVERYDAY,
@@ -62,6 +63,7 @@ from benchmarks.wake import (
     OpenWakeWord,
     Voices,
     negative_stream,
+    noise_of,
     peak_rss,
     speech_rms,
 )
@@ -103,7 +105,7 @@ ECHO_LEARN_S = 3.0
 what it learnt, so a device that has spoken before is past that (measured here: 15 dB after 3 s,
 over 30 dB after 4 s)."""
 NOISES = {"babble": "babble", "music": "music", "fan": "white"}
-"""Condition name -> `hear.noise_of` kind."""
+"""Condition name -> `wake.noise_of` kind."""
 SNRS = (10.0, 0.0)
 ECHO_DB = (0.0, 10.0)
 GOALS = {"detection_clean": 0.95, "detection_10db": 0.90, "detection_0db": 0.80, "detection_echo_0db": 0.90,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.loopback import stop_process
+from benchmarks.peers import peers_python
 from benchmarks.report import emit, machine, median
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
@@ -152,8 +153,6 @@ class PiperCli:
 
 
 def _peer(ctx: Context, args: argparse.Namespace, voice_id: str) -> PiperCli:
-    from benchmarks.wyoming import peers_python  # it imports our TEXTS
-
     files = ctx.store.require(voice_id)
     model = files.entry.files[0].name
     return PiperCli(peers_python(ctx, args), files.path(model), files.path(f"{model}.json"))

@@ -283,6 +283,30 @@ def babble(n: int, pool: Sequence[Samples], rng: np.random.Generator) -> Samples
     return mixed
 
 
+def music(n: int, rng: np.random.Generator) -> Samples:
+    """Plucked harmonic notes, four a second, unit RMS."""
+    out = np.zeros(n, dtype=np.float32)
+    step = SAMPLE_RATE // 4
+    t = np.arange(step) / SAMPLE_RATE
+    for start in range(0, n, step):
+        f0 = 110.0 * 2 ** (int(rng.integers(0, 24)) / 12)
+        note = sum(np.sin(2 * np.pi * f0 * k * t) / k for k in range(1, 6)) * np.exp(-3 * t)
+        out[start:start + step] = note[:min(step, n - start)]
+    tones: Samples = (out / (np.sqrt(np.mean(out ** 2)) + 1e-12)).astype(np.float32)
+    return tones
+
+
+def noise_of(kind: str, n: int, pool: Sequence[Samples], rng: np.random.Generator) -> Samples:
+    """Unit-RMS noise of `kind`: white, pink, music (`music`) or, for anything else, babble of `pool`."""
+    if kind == "white":
+        return rng.normal(size=n).astype(np.float32)
+    if kind == "pink":
+        return pink_noise(n, rng)
+    if kind == "music":
+        return music(n, rng)
+    return babble(n, pool, rng)
+
+
 LEVEL_FRAME = 160
 """Samples per frame of the active speech level (10 ms)."""
 

@@ -48,6 +48,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 
 from benchmarks.clips import COMMANDS, Clip, clip_settings, clips_dir, make_clips
 from benchmarks.loopback import stop_process
+from benchmarks.peers import peers_python
 from benchmarks.report import emit, machine, median
 from benchmarks.tts import PAUSE_S, TEXTS
 from edge_agent.asr.whisper import resolve_export_dir
@@ -57,8 +58,6 @@ from edge_agent.errors import UsageError
 from edge_agent.text.wer import wer
 from edge_agent.tts.registry import VoiceRegistry
 
-# piper-tts pinned: wyoming-piper takes any 1.x, and `bench tts` names the version it compares with.
-PEERS = ("wyoming-piper==2.5.2", "piper-tts==1.8.0", "wyoming-faster-whisper==3.8.1")
 WYOMING_BENCH = "wyoming-bench==2026.10.0"
 WYOMING_BENCH_TIMEOUT_S = 3600.0
 GOAL = 0.5
@@ -209,17 +208,6 @@ async def transcribe(port: int, audio: Any) -> tuple[str, float]:
                 raise UsageError("server closed the connection before the transcript")
             if Transcript.is_type(event.type):
                 return Transcript.from_event(event).text, time.perf_counter() - stopped
-
-
-def peers_python(ctx: Context, args: argparse.Namespace) -> Path:
-    """The peers' interpreter, building their virtual environment first if needed."""
-    venv = args.peers_venv or ctx.settings.models.cache_dir.parent / "bench-peers" / "venv"
-    python = venv / "bin" / "python"
-    if not python.exists():
-        print(f"building the peers' environment in {venv} (pip install {' '.join(PEERS)}) ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *PEERS], check=True)
-    return python
 
 
 def _start(ctx: Context, args: argparse.Namespace, free: Sequence[int]) -> dict[str, Server]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.errors import ModelError, UsageError
+from edge_agent.models.jsonfile import read_json
 from edge_agent.models.store import sha256_file
 from edge_agent.text.wer import UNIT as WER_UNIT
 
@@ -65,12 +66,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     path = directory / MANIFEST
     if not directory.is_dir():
         raise ModelError(f"{directory}: no such directory")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelError(f"{path}: missing (not an export directory)") from None
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"{path}: unreadable ({exc})") from None
+    doc = read_json(path, "not an export directory")
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
         raise ModelError(f"{path}: not an edge-export manifest (no 'files')")
     return doc

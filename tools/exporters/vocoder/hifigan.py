@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
-import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 from edge_agent.errors import ModelError, UsageError
 from edge_agent.models import ModelStore
+from edge_agent.models.jsonfile import read_json
 from edge_agent.models.store import sha256_file
 from exporters.progress import Progress
 
@@ -61,13 +61,8 @@ class Config:
 
     @staticmethod
     def load(path: Path) -> Config:
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ModelError(f"{path}: missing (a HiFi-GAN checkpoint needs config.json beside it)") from None
-        except (OSError, ValueError) as exc:
-            raise ModelError(f"{path}: not a readable JSON config ({exc})") from None
-        return Config.parse(doc, str(path))
+        missing = "a HiFi-GAN checkpoint needs config.json beside it"
+        return Config.parse(read_json(path, missing, "not a readable JSON config"), str(path))
 
     @staticmethod
     def parse(doc: Any, where: str) -> Config:
