@@ -18,24 +18,22 @@ import contextlib
 import functools
 import logging
 import signal
-import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edge_agent import __version__
+from edge_agent import __version__, outputs
 from edge_agent.announce.journal import Journal
 from edge_agent.announce.pipeline import Announcer, Speaking
-from edge_agent.announce.playout import DeviceOpener, DirOpener, SinkOpener, play_chime, remove_partials
+from edge_agent.announce.playout import SinkOpener, remove_partials
 from edge_agent.asr.manifest import EXPORT_HINT
 from edge_agent.asr.whisper import resolve_export_dir
 from edge_agent.atomic import AppendFile
 from edge_agent.audio.beamform import Beamformer
 from edge_agent.audio.command import stop_all as stop_commands
 from edge_agent.audio.frontend import FrontEndSource
-from edge_agent.audio.reference import PlaybackReference, ReferenceSink
-from edge_agent.audio.sinks import AudioOutput, Sink, WavSink
+from edge_agent.audio.reference import PlaybackReference
 from edge_agent.audio.sources import CommandSource, PipeSource, release_pipes
 from edge_agent.config import WAKE_BUILTIN, Settings
 from edge_agent.controls import ControlChange, Controls
@@ -54,51 +52,34 @@ from edge_agent.mqtt.dispatch import Dispatcher
 from edge_agent.mqtt.hearing import HearPublisher
 from edge_agent.mqtt.outbox import Message
 from edge_agent.mqtt.topics import Topics
-from edge_agent.offload.client import make_synthesizer
-from edge_agent.providers import for_use
+from edge_agent.outputs import local_synthesizer, routed_synthesizer
 from edge_agent.reload import (
-    HEALTH_TEXT,
+    FleetWorker,
     Reloader,
     SettingsSource,
-    close_synth,
-    tts_voices,
     with_choices,
     with_volume,
     with_wake_words,
 )
 from edge_agent.sendspin.cues import MusicCues
+from edge_agent.services import Parts, start_esphome, start_sendspin, start_wyoming
 from edge_agent.status import DeviceStatus
-from edge_agent.tts.local import LocalSynthesizer
-from edge_agent.tts.registry import VoiceRegistry
+from edge_agent.threads import in_own_thread
 from edge_agent.tts.voice import Synthesizer
 from edge_agent.wyoming.satellite import SatelliteService
-from edge_agent.wyoming.service import WyomingService, load_transcriber, load_wake
+from edge_agent.wyoming.service import WyomingService
 
 if TYPE_CHECKING:
     from edge_agent.esphome.service import EsphomeService
     from edge_agent.sendspin.player import SendspinPlayer
 
-__all__ = ["Daemon", "SettingsSource", "default_opener", "hearing_loop", "local_synthesizer", "music_sink",
-           "routed_synthesizer"]
-"""`SettingsSource` lives in `reload`; the commands and tests take it from here, with the daemon."""
+__all__ = ["Daemon", "SettingsSource", "hearing_loop", "local_synthesizer", "routed_synthesizer"]
+"""`SettingsSource` (`reload`) and the synthesizer factories (`outputs`) are taken from here too."""
 
 log = logging.getLogger(__name__)
 
 SynthesizerFactory = Callable[[Settings], Synthesizer]
 HearingFactory = Callable[[Settings, WakeFilter], HearingLoop | None]
-
-
-def local_synthesizer(settings: Settings) -> Synthesizer:
-    """The on-device voice (the offload router implements the same protocol)."""
-    store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
-    return LocalSynthesizer(VoiceRegistry(store, settings.tts, accel=for_use(settings, "tts")), settings.tts)
-
-
-def routed_synthesizer(settings: Settings) -> Synthesizer:
-    """The offload router: the server's voice when `offload` says so and it is healthy, the local
-    voice otherwise (sentence by sentence, each spoken once)."""
-    store = ModelStore(settings.models.cache_dir, load_catalog(settings.models.catalog))
-    return make_synthesizer(settings, store)
 
 
 def hearing_loop(settings: Settings, accept_wake: WakeFilter,
@@ -140,10 +121,10 @@ class Daemon:
         self.reference = PlaybackReference()
         """What the loudspeaker played: the echo canceller's reference and the own-voice guard's."""
         self._make_listener = listener_factory or functools.partial(hearing_loop, reference=self.reference)
-        self._make_opener = opener_factory or functools.partial(default_opener, reference=self.reference)
+        self._make_opener = opener_factory or functools.partial(outputs.default_opener,
+                                                                reference=self.reference)
         self._stop_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._fleet_wake: asyncio.Event | None = None
         self.bridge: Bridge | None = None
         self.wyoming: WyomingService | None = None
         self.esphome: EsphomeService | None = None
@@ -164,6 +145,7 @@ class Daemon:
             base_catalog=load_catalog(self.base.models.catalog), user_catalog=self.base.models.catalog,
             report=self.status.config_status,
         )
+        self.fleet_worker = FleetWorker(self.fleet)
         active = self.fleet.recover()
         try:
             self.settings = source.build(active.layer)
@@ -173,7 +155,7 @@ class Daemon:
         self._load_controls()  # before anything listens: a muted microphone stays closed
         self.topics = Topics(self.settings.mqtt.prefix, self.device, self.settings.device.group)
         speaking = Speaking(self.settings.announcements, self._make_synth(self.settings),
-                            self._make_opener(self.settings), tts_voices(self.settings))
+                            self._make_opener(self.settings), outputs.tts_voices(self.settings))
         journal = Journal(self.settings.announcements.state_dir, self.settings.announcements,
                           on_error=self.status.journal_error, open_file=journal_file)
         self.announcements = Announcer(speaking, journal, metrics=self.metrics)
@@ -191,7 +173,7 @@ class Daemon:
             observers.append(self.hermes)
         observers += [self.remote, *self._music_cues()]
         self.turns = Conversation(self.announcements, lambda: self.settings, self.metrics, observers,
-                                  chime=lambda name: _chime(self.announcements.speaking.opener, name),
+                                  chime=lambda name: outputs.chime(self.announcements.speaking.opener, name),
                                   open_turn=self._open_turn)
         """The conversation turn around the hearing loop: its events go here."""
         self.announcements.observe(self.turns.on_announce_status)
@@ -206,7 +188,6 @@ class Daemon:
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
-        self._fleet_wake = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
                 self._loop.add_signal_handler(sig, self.stop)
@@ -218,21 +199,20 @@ class Daemon:
         self.announcements.recover()
         if self.bridge is not None:
             self.bridge.start()
-        await asyncio.to_thread(self._warm_up)
+        await asyncio.to_thread(outputs.warm_up, self.synth)
         self.announcements.start()
         self._start_listener()
-        await self._start_wyoming()
-        await self._start_esphome()
-        await self._start_sendspin()
+        await self._start_services()
         self.status.online()
         tasks = [asyncio.create_task(self.status.heartbeat(lambda: self.settings.mqtt.heartbeat_s),
                                      name="heartbeat"),
-                 asyncio.create_task(self._fleet_worker(), name="fleet")]
+                 asyncio.create_task(self.fleet_worker.run(), name="fleet")]
         if self.settings.daemon.metrics_s > 0:
             metrics_s = lambda: self.settings.daemon.metrics_s  # noqa: E731 (read at each turn: a reload changes it)
             tasks.append(asyncio.create_task(self.status.metrics_every(metrics_s), name="metrics"))
         if self.settings.tts.idle_unload_s > 0:
-            tasks.append(asyncio.create_task(self._unload_idle_voices(), name="unload-idle"))
+            unload = outputs.unload_idle_voices(self.announcements, self.settings.tts.idle_unload_s)
+            tasks.append(asyncio.create_task(unload, name="unload-idle"))
         log.info("running")
         await self._stop_event.wait()
         log.info("stopping")
@@ -245,7 +225,7 @@ class Daemon:
             await self.esphome.stop()
         if self.sendspin is not None:
             await self.sendspin.stop()
-        await _in_own_thread(self._shutdown)  # the loop's pool may still be busy with slow work
+        await in_own_thread(self._shutdown)  # the loop's pool may still be busy with slow work
         log.info("stopped")
         return 0
 
@@ -261,25 +241,9 @@ class Daemon:
         release_pipes()  # the FIFO a mute left open for its writer
         self.announcements.stop()
         stop_commands()  # no player or recorder, each in its own session, outlives the agent
-        close_synth(self.synth)
+        outputs.close_synth(self.synth)
         if self.bridge is not None:
             self.bridge.stop([self.status.message("offline")])
-
-    def _warm_up(self) -> None:
-        """Load the voice now rather than on the first announcement."""
-        try:
-            for _ in self.synth.stream(HEALTH_TEXT):
-                pass
-        except Exception as exc:
-            log.error("voice not usable: %s; announcements will fail until it is", exc)
-
-    async def _unload_idle_voices(self) -> None:
-        """Give memory back when no announcement has needed a voice for `tts.idle_unload_s`."""
-        period = max(1.0, self.settings.tts.idle_unload_s / 4)
-        while True:
-            await asyncio.sleep(period)
-            if not self.announcements.busy.is_set():
-                await asyncio.to_thread(self.synth.unload_idle)
 
     # -- MQTT ----------------------------------------------------------------------------
 
@@ -299,7 +263,7 @@ class Daemon:
         if self.homeassistant is not None:
             connected.append(self.homeassistant.announce)
         connected.append(self._startup_report)
-        self.dispatch = Dispatcher(lambda: self.topics, self.announcements, config=self._config_received,
+        self.dispatch = Dispatcher(lambda: self.topics, self.announcements, config=self.fleet_worker.received,
                                    adapters=[a for a in (self.homeassistant, self.hermes) if a is not None],
                                    connected=connected)
 
@@ -321,20 +285,6 @@ class Daemon:
             self.bridge.publish(message)
 
     # -- fleet config --------------------------------------------------------------------
-
-    def _config_received(self, payload: bytes) -> bool:
-        """A fleet config came (the MQTT thread): into the inbox, then the fleet worker wakes."""
-        ok = self.fleet.enqueue(payload)
-        if ok and self._loop is not None and self._fleet_wake is not None:
-            self._loop.call_soon_threadsafe(self._fleet_wake.set)
-        return ok
-
-    async def _fleet_worker(self) -> None:
-        assert self._fleet_wake is not None
-        while True:
-            await asyncio.to_thread(self.fleet.process_inbox)
-            await self._fleet_wake.wait()
-            self._fleet_wake.clear()
 
     def _startup_report(self) -> None:
         report = self.fleet.take_startup_report()
@@ -398,20 +348,20 @@ class Daemon:
         async with self._mute_lock:  # one switch at a time; the last request wins
             if self.controls.mic_muted() and self.listener is not None:
                 listener, self.listener = self.listener, None
-                await _in_own_thread(listener.stop)  # closed by `set_mic_muted`: this waits for its thread
+                await in_own_thread(listener.stop)  # closed by `set_mic_muted`: this waits for its thread
                 self.listening = {"mode": self.listening.get("mode", "off"), "state": "muted"}
                 self.status.online()
             elif not self.controls.mic_muted() and self.listener is None:
-                await _in_own_thread(self._start_listener)
+                await in_own_thread(self._start_listener)
                 self.status.online()
 
     async def _restart_listener(self) -> None:
         async with self._mute_lock:
             listener, self.listener = self.listener, None
             if listener is not None:
-                await _in_own_thread(listener.stop)
+                await in_own_thread(listener.stop)
             if not self.controls.mic_muted():
-                await _in_own_thread(self._start_listener)
+                await in_own_thread(self._start_listener)
 
     # -- listener ------------------------------------------------------------------------
 
@@ -490,75 +440,29 @@ class Daemon:
         self.listening = state
         self.status.online()
 
-    # -- Wyoming -------------------------------------------------------------------------
+    # -- servers beside MQTT (`services.py`) ---------------------------------------------
 
-    async def _start_wyoming(self) -> None:
-        """The Wyoming endpoints on this loop, with the announcements' voice and the listener's Whisper."""
-        if not self.settings.wyoming.enabled:
-            return
-        transcriber = self.listener.transcriber if self.listener is not None else None
-        if transcriber is None:
-            try:
-                transcriber = await asyncio.to_thread(load_transcriber, self.settings)
-            except EdgeError as exc:
-                log.warning("wyoming: no speech to text: %s", exc)
-        wake = await asyncio.to_thread(load_wake, self.settings)
-        satellite = None
-        if self.settings.wyoming.satellite:
-            waking = self.settings.listen.mode == "wake" and self.settings.daemon.listen
-            satellite = SatelliteService(self.settings, self.announcements, self._end_streamed_turn,
-                                         list(self.settings.wake.models) if waking else [],
-                                         on_transcript=self.turns.remote_heard,
-                                         no_answer=self.turns.unanswered,
-                                         on_change=self.status.online)
-        service = WyomingService(self.settings, lambda: self.synth, transcriber, wake, satellite)
-        try:
-            await service.start()
-        except OSError as exc:
-            log.error("wyoming server not started: %s", exc)
-            if satellite is not None:
-                satellite.close()
-            return
-        self.wyoming = service
+    async def _start_services(self) -> None:
+        """The Wyoming endpoints, the ESPHome API and the Sendspin player, as configured."""
+        parts = Parts(self.settings, self.device, self.announcements, self.turns, self.controls, self.music,
+                      end_turn=self._end_streamed_turn, on_status=self.status.online)
+        if self.settings.wyoming.enabled:
+            transcriber = self.listener.transcriber if self.listener is not None else None
+            self.wyoming = await start_wyoming(parts, lambda: self.synth, transcriber)
+        if self.settings.esphome.enabled:
+            self.esphome = await start_esphome(parts, self.wake_offered(), self._continue_conversation)
+        if self.settings.sendspin.enabled:
+            from edge_agent.sendspin.player import sendspin_missing
+
+            missing = sendspin_missing()
+            if missing is not None:
+                log.error("sendspin: %s", missing)
+            else:
+                self.sendspin = await start_sendspin(parts, self.base.daemon.state_dir)
 
     @property
     def satellite(self) -> SatelliteService | None:
         return self.wyoming.satellite if self.wyoming is not None else None
-
-    async def _start_esphome(self) -> None:
-        """The ESPHome native API on this loop (Home Assistant's voice assistant)."""
-        settings = self.settings.esphome
-        if not settings.enabled:
-            return
-        try:
-            from edge_agent.esphome.assistant import Assistant, MediaLimits
-            from edge_agent.esphome.entities import Entities
-            from edge_agent.esphome.player import TrackPlayer
-            from edge_agent.esphome.service import EsphomeService
-        except ImportError as exc:  # aioesphomeapi needs Python 3.11
-            log.error("esphome: the ESPHome API is not available here (%s); it needs Python 3.11 or "
-                      "later with aioesphomeapi installed", exc)
-            return
-        controls = self.controls
-        entities = Entities(settings.name or self.device, controls, wake_words=self.settings.wake.models,
-                            available_wake_words=self.wake_offered(), set_wake_words=controls.set_wake_words)
-        # Media plays on its own output, ducked and paused with the Sendspin music (`music`).
-        player = TrackPlayer(functools.partial(music_sink, self.settings), volume=controls.volume,
-                             muted=controls.media_muted, duck_level=self.settings.sendspin.duck_level)
-        assistant = Assistant(self.announcements, entities,
-                              MediaLimits(settings.media_max_bytes, settings.media_timeout_s),
-                              end_turn=self._end_streamed_turn, open_turn=self._continue_conversation,
-                              on_transcript=self.turns.remote_heard, no_answer=self.turns.unanswered,
-                              player=player)
-        service = EsphomeService(settings, self.device, assistant, entities)
-        try:
-            await service.start()
-        except OSError as exc:
-            log.error("esphome: API not started: %s", exc)
-            assistant.close()
-            return
-        self.esphome = service
-        self.music.players.append(player)
 
     def _music_cues(self) -> list[HearObserver]:
         """`music`, which ducks or pauses the music (Sendspin's, the ESPHome media player's) for what
@@ -569,28 +473,6 @@ class Daemon:
             return []
         self.announcements.observe(self.music.on_announce_status)
         return [self.music]
-
-    async def _start_sendspin(self) -> None:
-        """The Sendspin player on this loop (Music Assistant's multiroom music)."""
-        settings = self.settings.sendspin
-        if not settings.enabled:
-            return
-        from edge_agent.sendspin.player import SendspinPlayer, sendspin_missing
-
-        missing = sendspin_missing()
-        if missing is not None:
-            log.error("sendspin: %s", missing)
-            return
-        player = SendspinPlayer(settings, self.device, functools.partial(music_sink, self.settings),
-                                self.base.daemon.state_dir, controls=self.controls,
-                                on_status=self.status.online)
-        try:
-            await player.start()
-        except OSError as exc:
-            log.error("sendspin: player not started: %s", exc)
-            return
-        self.sendspin = player
-        self.music.players.append(player)
 
     def wake_offered(self) -> list[str]:
         """The wake models Home Assistant may choose from: the configured ones, then the built-in."""
@@ -627,55 +509,3 @@ class Daemon:
         """Home Assistant has the command (or is gone): the hearing loop ends the turn."""
         if isinstance(self.listener, HearingLoop):
             self.listener.hearing.end_turn(conversation_id)
-
-
-async def _in_own_thread(work: Callable[[], object]) -> None:
-    """Run `work` in a thread of its own: the loop's shared pool (`asyncio.to_thread`) may be busy
-    with slow work, and the mute and the shutdown must not wait behind it."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-
-    def finish(exc: BaseException | None) -> None:
-        if done.done():
-            return
-        if exc is None:
-            done.set_result(None)
-        else:
-            done.set_exception(exc)
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:
-            loop.call_soon_threadsafe(finish, exc)
-        else:
-            loop.call_soon_threadsafe(finish, None)
-
-    threading.Thread(target=run, name=getattr(work, "__name__", "work"), daemon=True).start()
-    await done
-
-
-def _chime(opener: SinkOpener, name: str) -> None:
-    try:
-        play_chime(opener, name)
-    except Exception as exc:
-        log.warning("chime not played: %s", exc)
-
-
-def music_sink(settings: Settings, rate: int, name: str) -> Sink:
-    """Where the music plays: `<out_dir>/<name>.wav`, else the announcements' output at full scale
-    (the player applies the volume itself)."""
-    if settings.daemon.out_dir is not None:
-        settings.daemon.out_dir.mkdir(parents=True, exist_ok=True)
-        return WavSink(settings.daemon.out_dir / f"{name}.wav", rate)
-    return AudioOutput(replace(settings.audio, volume=1.0)).open(rate, name)
-
-
-def default_opener(settings: Settings, reference: PlaybackReference | None = None) -> SinkOpener:
-    """`daemon.out_dir` when set, else the configured audio output (telling `reference` what the
-    loudspeaker plays)."""
-    if settings.daemon.out_dir is not None:
-        return DirOpener(settings.daemon.out_dir, settings.audio.volume)
-    heard = None if reference is None else functools.partial(ReferenceSink, reference=reference)
-    return DeviceOpener(AudioOutput(settings.audio, heard))
-

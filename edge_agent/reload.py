@@ -10,6 +10,7 @@ choices (`controls.Controls`) stay over the config's, until a config sets a new 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import threading
@@ -23,14 +24,11 @@ from edge_agent.announce.playout import SinkOpener
 from edge_agent.config import Settings, load_settings
 from edge_agent.controls import Controls
 from edge_agent.errors import EdgeError
-from edge_agent.fleet.manager import ActiveConfig
-from edge_agent.models import load_catalog
+from edge_agent.fleet.manager import ActiveConfig, FleetManager
+from edge_agent.outputs import HEALTH_TEXT, close_synth, tts_voices
 from edge_agent.tts.voice import Synthesizer
 
 log = logging.getLogger(__name__)
-
-HEALTH_TEXT = "Ready."
-"""Spoken (into no sink) to check a reloaded voice."""
 
 RETIRE_WAIT_S = 300.0
 """How long a replaced synthesizer waits for the announcement still using it before it is closed."""
@@ -67,17 +65,29 @@ def with_choices(settings: Settings, controls: Controls) -> Settings:
     return settings if state.volume is None else with_volume(settings, state.volume)
 
 
-def tts_voices(settings: Settings) -> frozenset[str]:
-    """The catalog's voices (`Speaking.voices`: what an announcement may ask for)."""
-    return frozenset(load_catalog(settings.models.catalog).ids(task="tts"))
+class FleetWorker:
+    """Carries fleet configs from the MQTT thread to `FleetManager.process_inbox`, which verifies,
+    validates and activates them one at a time, in a worker thread of the daemon's loop."""
 
+    def __init__(self, fleet: FleetManager) -> None:
+        self.fleet = fleet
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
 
-def close_synth(synth: Synthesizer) -> None:
-    """Close `synth`; a failure is logged, never raised into a reload or shutdown."""
-    try:
-        synth.close()
-    except Exception:
-        log.exception("closing a synthesizer failed")
+    def received(self, payload: bytes) -> bool:
+        """A config came (the MQTT thread): into the inbox, then the worker wakes. True once stored."""
+        ok = self.fleet.enqueue(payload)
+        if ok and self._loop is not None and self._wake is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+        return ok
+
+    async def run(self) -> None:
+        """Process the inbox now and whenever a config comes (runs until cancelled)."""
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        while True:
+            await asyncio.to_thread(self.fleet.process_inbox)
+            await self._wake.wait()
+            self._wake.clear()
 
 
 Applied = Callable[[Settings, set[str], bool], None]
