@@ -307,18 +307,13 @@ class Daemon:
         self.controls = Controls(self.base.daemon.state_dir, config_volume=self.settings.audio.volume,
                                  wake_offered=self.wake_offered(), on_change=self._control_changed,
                                  close_mic=self._close_mic)
+        # Who holds the daemon reads and switches them on it too (the ESPHome and Home Assistant tests).
+        self.volume, self.mic_muted = self.controls.volume, self.controls.mic_muted
+        self.media_muted, self.set_mic_muted = self.controls.media_muted, self.controls.set_mic_muted
         self.settings = with_choices(self.settings, self.controls)
         mode = self.settings.listen.mode if self.settings.daemon.listen else "off"
         if self.controls.mic_muted() and mode != "off":  # the status on connecting, before listening
             self.listening = {"mode": mode, "state": "muted"}
-
-    def volume(self) -> float:
-        """The output volume (`Controls.volume`)."""
-        return self.controls.volume()
-
-    def set_mic_muted(self, muted: bool) -> None:
-        """Mute or unmute the microphone (`Controls.set_mic_muted`), as Home Assistant does."""
-        self.controls.set_mic_muted(muted)
 
     def _control_changed(self, what: ControlChange) -> None:
         """The user changed a control (any thread; `Controls` has saved it): the device follows."""
