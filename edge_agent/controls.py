@@ -1,5 +1,11 @@
 """What the user changes on a running device (microphone mute, volume, wake words), kept across restarts.
 
+`Controls` is the one object every side talks to: Home Assistant's MQTT entities, the
+ESPHome API and the Sendspin player read and change the volume and the mutes there, and
+the ESPHome API chooses the wake words. It saves each change and tells the daemon, which
+acts on it (a new output volume, the microphone closed or opened, the hearing loop
+restarted with other wake words).
+
 Home Assistant's switch and slider send a command once (their command topics are
 not retained), so the device itself must remember: `ControlStore` keeps the state
 in `<daemon.state_dir>/controls.json`, replaced atomically (`atomic.atomic_write`),
@@ -22,9 +28,11 @@ import logging
 import math
 import os
 import stat
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from edge_agent.atomic import atomic_write
 
@@ -99,6 +107,114 @@ class ControlStore:
         log.error("%s is unreadable (%s): the microphone stays muted until it is switched on again "
                   "(from Home Assistant), which rewrites the file", self.path, reason)
         return ControlState(mic_muted=True)
+
+
+ControlChange = Literal["volume", "mic", "media", "wake"]
+"""Which control changed, as `Controls` tells its owner."""
+
+
+def _nothing() -> None:
+    pass
+
+
+def _ignore(_what: ControlChange) -> None:
+    pass
+
+
+class Controls:
+    """The user's choices on a running device: read and changed from any thread, saved on each change.
+
+    `on_change` is told each change once it is saved: that is where the device acts on it. A
+    mute first calls `close_mic`, before the save and whatever else is waiting, so a muted
+    microphone is closed at once. The volume is the user's until a config sets another
+    `audio.volume` (`reconfigured`); the wake words are the user's while the daemon offers them.
+    """
+
+    def __init__(self, directory: Path, *, config_volume: float, wake_offered: Sequence[str] = (),
+                 on_change: Callable[[ControlChange], None] = _ignore,
+                 close_mic: Callable[[], None] = _nothing) -> None:
+        self.store = ControlStore(directory)
+        self.config_volume = config_volume
+        """`audio.volume` as the config sets it (the volume when the user has set none)."""
+        self._on_change = on_change
+        self._close_mic = close_mic
+        self._lock = threading.Lock()
+        state = self.store.load()
+        chosen = tuple(w for w in state.wake_words or () if w in wake_offered)
+        self._state = replace(state, wake_words=chosen or None)
+
+    @property
+    def state(self) -> ControlState:
+        """What the user chose, as it is saved."""
+        return self._state
+
+    def volume(self) -> float:
+        """The output volume, 0..1: the user's, else the config's."""
+        chosen = self._state.volume
+        return self.config_volume if chosen is None else chosen
+
+    def set_volume(self, volume: float) -> None:
+        """Speak later announcements at `volume`, after a restart too (until a config sets another
+        `audio.volume`)."""
+        self._change(volume=volume)
+        self._on_change("volume")
+        log.info("volume set to %.2f", volume)
+
+    def mic_muted(self) -> bool:
+        return self._state.mic_muted
+
+    def set_mic_muted(self, muted: bool) -> None:
+        """Close the microphone or open it again, kept across restarts (saved before the command
+        is acknowledged)."""
+        changed = muted != self._state.mic_muted
+        self._change(mic_muted=muted, save=False)
+        if muted:
+            self._close_mic()  # the microphone closes now, whatever else the daemon is waiting for
+        self._save()  # also when unchanged: a switch rewrites a file that was unreadable
+        if changed:
+            log.info("microphone %s", "muted" if muted else "unmuted")
+            self._on_change("mic")
+
+    def media_muted(self) -> bool:
+        return self._state.media_muted
+
+    def set_media_muted(self, muted: bool) -> None:
+        """Mute the music (announcements still speak), kept across restarts."""
+        self._change(media_muted=muted)
+        self._on_change("media")
+
+    def wake_words(self) -> tuple[str, ...] | None:
+        """The wake words the user chose; None: the config's `wake.models`."""
+        return self._state.wake_words
+
+    def set_wake_words(self, names: Sequence[str]) -> None:
+        """The user chose other wake words: kept, and the hearing loop listens for them."""
+        self._change(wake_words=tuple(names))
+        self._on_change("wake")
+        log.info("wake words set to %s", ", ".join(names))
+
+    def reconfigured(self, config_volume: float) -> bool:
+        """A config sets `config_volume`: True when it is a new one, which the user's volume gives
+        way to (the latest word wins)."""
+        if config_volume == self.config_volume:
+            return False
+        self.config_volume = config_volume
+        self._change(volume=None)
+        return True
+
+    def _change(self, *, save: bool = True, **fields: Any) -> None:
+        with self._lock:
+            self._state = replace(self._state, **fields)
+        if save:
+            self._save()
+
+    def _save(self) -> None:
+        try:
+            with self._lock:  # the MQTT thread, the ESPHome loop and a reload: each saves the whole state
+                self.store.save(self._state)
+        except OSError as exc:
+            log.error("cannot save the microphone mute and volume to %s (%s): they hold until the "
+                      "daemon restarts", self.store.path, exc.strerror or exc)
 
 
 def _read_small(path: Path) -> bytes:

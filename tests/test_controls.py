@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.controls import MAX_BYTES, ControlState, ControlStore
+from edge_agent.controls import MAX_BYTES, ControlChange, Controls, ControlState, ControlStore
 
 
 def test_a_saved_state_is_loaded_again(tmp_path: Path) -> None:
@@ -93,3 +93,41 @@ def test_the_music_mute_is_kept_and_a_bad_one_only_unmutes_the_music(tmp_path: P
     assert "media_muted 'yes' is not true/false" in caplog.text
     (tmp_path / "controls.json").write_text('{"mic_muted": false}')  # written before it existed
     assert store.load().media_muted is False
+
+
+def test_controls_save_each_change_tell_the_owner_and_come_back_after_a_restart(tmp_path: Path) -> None:
+    told: list[ControlChange] = []
+    closed: list[bool] = []
+    controls = Controls(tmp_path, config_volume=0.8, wake_offered=("okay_nabu", "hey_jarvis"),
+                        on_change=told.append, close_mic=lambda: closed.append(True))
+    assert (controls.volume(), controls.mic_muted(), controls.wake_words()) == (0.8, False, None)
+    controls.set_volume(0.3)
+    controls.set_mic_muted(True)
+    controls.set_mic_muted(True)  # unchanged: saved again, nobody told
+    controls.set_media_muted(True)
+    controls.set_wake_words(["hey_jarvis"])
+    assert told == ["volume", "mic", "media", "wake"]
+    assert closed == [True, True]  # the microphone closes on every mute, before the save
+    again = Controls(tmp_path, config_volume=0.8, wake_offered=("okay_nabu", "hey_jarvis"))
+    assert (again.volume(), again.mic_muted(), again.media_muted(), again.wake_words()) == (
+        0.3, True, True, ("hey_jarvis",))
+    assert ControlStore(tmp_path).load() == again.state
+
+
+def test_a_new_config_volume_replaces_the_users_and_wake_words_no_longer_offered_are_dropped(
+        tmp_path: Path) -> None:
+    ControlStore(tmp_path).save(ControlState(volume=0.3, wake_words=("gone", "okay_nabu")))
+    controls = Controls(tmp_path, config_volume=0.8, wake_offered=("okay_nabu",))
+    assert controls.wake_words() == ("okay_nabu",)
+    assert not controls.reconfigured(0.8) and controls.volume() == 0.3  # the same config volume
+    assert controls.reconfigured(0.6) and controls.volume() == 0.6  # the latest word wins
+    assert ControlStore(tmp_path).load().volume is None
+
+
+def test_a_change_that_cannot_be_saved_still_holds_and_says_so(tmp_path: Path, caplog) -> None:
+    (tmp_path / "state").write_text("a file where the state directory should be")
+    controls = Controls(tmp_path / "state", config_volume=1.0)  # unreadable: the microphone stays muted
+    assert controls.mic_muted()
+    with caplog.at_level(logging.ERROR, logger="edge_agent.controls"):
+        controls.set_volume(0.4)
+    assert controls.volume() == 0.4 and "they hold until the daemon restarts" in caplog.text

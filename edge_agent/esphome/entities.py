@@ -11,7 +11,7 @@
   (`VoiceAssistantConfigurationResponse`), from which Home Assistant makes its own
   wake word select; a choice made there comes back as `VoiceAssistantSetConfiguration`.
 
-The values live in the daemon (`Controls`), which keeps them across a restart;
+The values live in the daemon's `controls.Controls`, which keeps them across a restart;
 this module only maps them to messages. Keys are fixed per object id, so Home
 Assistant's entity registry finds the same entities after a restart.
 """

@@ -8,7 +8,7 @@ daemon's `MusicCues` drives both players, this one and the Sendspin player, thro
 same `duck`/`restore`/`pause`/`resume`), and Home Assistant pauses, resumes, stops and
 mutes it.
 
-One thread writes the track to its own output (`daemon.music_sink`: the sound card at
+One thread writes the track to its own output (`outputs.music_sink`: the sound card at
 full scale, or `<out_dir>/media-<id>-<n>.wav`) a block at a time, paced by the clock so
 that the output is a timeline (`Segment`): sample k of a segment plays at
 `start_us + k / rate`. The gain (volume, mute, ducking) moves linearly over one block,

@@ -3,7 +3,7 @@
 Runs on the MQTT thread (the daemon hands it the messages of `HaTopics.inbound`).
 A notify message becomes an announcement through the trigger-neutral `Announcer`
 (journaled, deduplicated by id, spoken once); volume and microphone mute go to
-the daemon's `Controls`, and their new state is published back, retained.
+the device's `controls.Controls`, and their new state is published back, retained.
 """
 
 from __future__ import annotations

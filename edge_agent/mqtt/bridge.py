@@ -28,13 +28,16 @@ paho-mqtt is driven as an external event loop (`loop_read` / `loop_write` /
 
 The session is persistent (stable client id, `clean_start=False`, session expiry
 > 0): announcements published while the device is down wait in the broker.
+
+Three units share the work: `Session` holds the state and takes paho's callbacks,
+`Bridge` runs the network loop that drives it, `InboundQueue` keeps the messages read
+ahead and acknowledges them; what the session is subscribed to is `subscriptions.py`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import random
 import select
@@ -52,14 +55,13 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
-from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from edge_agent.atomic import atomic_write
 from edge_agent.endpoints import parse_uri
 from edge_agent.errors import ConfigError
 from edge_agent.metrics import Metrics
 from edge_agent.mqtt.outbox import Message, Outbox
 from edge_agent.mqtt.settings import MqttSettings
+from edge_agent.mqtt.subscriptions import Subscriptions
 
 __all__ = ["Bridge", "InboundHandler", "Message", "Outbox", "first_reconnect_delay", "read_password",
            "reconnect_delay", "tls_context"]
@@ -163,8 +165,123 @@ def tls_context(settings: MqttSettings) -> ssl.SSLContext:
     return ctx
 
 
-class Bridge:
-    """A persistent MQTT v5 session in a background thread."""
+class InboundQueue:
+    """Messages read ahead of the handler, handled in order and acknowledged once it has made
+    them durable (the module docstring says why). A refusal marks the connection to be dropped
+    (`drop`) for their redelivery; a handler that raises has `_HANDLER_ATTEMPTS` deliveries of a
+    message before the message is given up."""
+
+    def __init__(self, on_message: InboundHandler, on_messages: BatchHandler | None,
+                 ack: Callable[[int, int], None], metrics: Metrics) -> None:
+        self.on_message = on_message
+        self.on_messages = on_messages
+        self.ack = ack
+        self.metrics = metrics
+        self.messages: deque[_Inbound] = deque()
+        """Messages read and not yet handled (nor acknowledged), oldest first."""
+        self.bytes = 0
+        self.drop = False
+        """A message was refused: the connection is to be dropped for its redelivery."""
+        self.drop_by = 0.0
+        self.refusals = 0
+        """Messages the handler refused in a row; each drop waits longer before reconnecting."""
+        self._failures: OrderedDict[tuple[str, bytes], int] = OrderedDict()
+        """(topic, payload hash) -> deliveries whose handler raised, the most recent last."""
+
+    @property
+    def full(self) -> bool:
+        """Reading stops here until the handler catches up."""
+        return self.bytes >= _READ_AHEAD_BYTES
+
+    def add(self, message: _Inbound) -> None:
+        self.messages.append(message)
+        self.bytes += message.cost
+
+    def handle_next(self) -> None:
+        """Carry out the oldest message, or with a batch handler up to `_BATCH_MAX` of them."""
+        if self.on_messages is not None:
+            batch = [self.messages.popleft() for _ in range(min(_BATCH_MAX, len(self.messages)))]
+            self.bytes -= sum(m.cost for m in batch)
+            self.handle_batch(batch)
+        else:
+            message = self.messages.popleft()
+            self.bytes -= message.cost
+            self.handle(message)
+
+    def handle(self, message: _Inbound) -> None:
+        """Carry out one message read ahead; acknowledge it once the handler says it is stored."""
+        try:
+            ok = self.on_message(message.topic, message.payload, message.retain)
+        except Exception:
+            ok = self.handler_raised(message.topic, message.payload)
+        self.settle(message, ok)
+
+    def handle_batch(self, batch: list[_Inbound]) -> None:
+        """Carry out messages read ahead with the batch handler; acknowledge each it says is
+        stored, in order, up to its first refusal. A handler that raises gets each message
+        again through `on_message`, where a poison message is counted and given up."""
+        assert self.on_messages is not None
+        try:
+            results = list(self.on_messages([(m.topic, m.payload, m.retain) for m in batch]))
+        except Exception:
+            log.warning("inbound batch handler failed on %d messages; handling them one by one", len(batch),
+                        exc_info=True)
+            for message in batch:
+                if self.drop:
+                    return  # refused: the rest comes again
+                self.handle(message)
+            return
+        for message, ok in zip(batch, results, strict=False):  # it may stop short
+            self.settle(message, ok)
+            if not ok:
+                return
+        if len(results) < len(batch):  # a handler that stopped without a refusal: the rest comes again
+            self.settle(batch[len(results)], False)
+
+    def settle(self, message: _Inbound, ok: bool) -> None:
+        """Acknowledge a handled message, or refuse it: reconnect for its redelivery."""
+        if ok:
+            self.refusals = 0
+            if self._failures:  # it went through after all
+                self._failures.pop((message.topic, hashlib.sha256(message.payload).digest()), None)
+            if message.qos > 0:
+                self.ack(message.mid, message.qos)
+        else:
+            # Not acknowledged: reconnect (after a back-off) so the broker delivers it again,
+            # with everything read after it.
+            self.forget()
+            self.refusals += 1
+            self.drop = True
+            # What we have to say (a status saying why we refuse, PUBACKs owed to us) goes out
+            # before the drop, else a refusal right after each CONNACK would keep the device mute.
+            self.drop_by = time.monotonic() + _FLUSH_BEFORE_DROP_S
+
+    def forget(self) -> None:
+        """Drop what was read and not handled: unacknowledged, the broker delivers it again."""
+        self.messages.clear()
+        self.bytes = 0
+
+    def handler_raised(self, topic: str, payload: bytes) -> bool:
+        """Count a delivery whose handler raised; True once it has had its attempts (give it up)."""
+        key = (topic, hashlib.sha256(payload).digest())
+        attempts = self._failures.pop(key, 0) + 1
+        if attempts == 1:
+            log.exception("inbound handler failed on a message to %s (%d bytes); it is delivered "
+                          "again, at most %d times in all", topic, len(payload), _HANDLER_ATTEMPTS)
+        if attempts < _HANDLER_ATTEMPTS:
+            self._failures[key] = attempts
+            while len(self._failures) > _FAILURES_REMEMBERED:
+                self._failures.popitem(last=False)
+            return False
+        self.metrics.inc("mqtt_inbound_dropped")
+        log.error("inbound message to %s (%d bytes) dropped: its handler failed on %d deliveries",
+                  topic, len(payload), attempts)
+        return True
+
+
+class Session:
+    """The session's state and what paho's callbacks say about it. Any thread may queue a message
+    (`publish`) or set the subscriptions; `Bridge` drives the client on its network thread."""
 
     def __init__(self, settings: MqttSettings, client_id: str, *, will: Message,
                  on_message: InboundHandler, on_connect: Callable[[bool], None] | None = None,
@@ -176,31 +293,15 @@ class Bridge:
         self.outbox = Outbox(settings.outbound_max_bytes, max_age_s=settings.outbound_max_age_s,
                              max_count=settings.outbound_queue)
         self.metrics = metrics or Metrics()
-        self._on_message = on_message
-        self._on_messages = on_messages
         self._on_connect = on_connect
-        self._subs_file = subscriptions_file
+        self.subscriptions = Subscriptions(subscriptions_file)
+        self.inbound = InboundQueue(on_message, on_messages, self._ack, self.metrics)
         self._connected = threading.Event()
         self._stopping = threading.Event()
-        self._lock = threading.Lock()
-        self._desired: tuple[str, ...] = ()
-        self._subscribed: set[str] = set(self._load_subscribed())
-        self._subs_dirty = False
         self._unacked: set[int] = set()
-        self._pending_subs: set[int] = set()
-        self._subs_acked = threading.Event()
-        self._drop = False
-        self._refusals = 0
-        """Messages the handler refused in a row; each drop waits longer before reconnecting."""
         self._window = _INFLIGHT
         """QoS 1 messages we may have in flight on this connection."""
-        self._inbound: deque[_Inbound] = deque()
-        """Messages read and not yet handled (nor acknowledged), oldest first."""
-        self._inbound_bytes = 0
-        self._failures: OrderedDict[tuple[str, bytes], int] = OrderedDict()
-        """(topic, payload hash) -> deliveries whose handler raised, the most recent last."""
         self._hold_until = 0.0
-        self._drop_by = 0.0
         self._final: list[Message] = []
         self._stop_deadline = 0.0
         self._connecting_since = 0.0
@@ -211,7 +312,7 @@ class Bridge:
         self._wake_w.setblocking(False)
         self._client = self._make_client(will)
 
-    # -- public, any thread ----------------------------------------------------------
+    # -- public, any thread --------------------------------------------------------------
 
     @property
     def connected(self) -> bool:
@@ -222,16 +323,11 @@ class Bridge:
 
     def wait_subscribed(self, timeout: float) -> bool:
         """Wait until the broker has acknowledged the current subscriptions."""
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if not self._connected.wait(max(0.0, remaining)) or remaining <= 0:
-                return False
-            with self._lock:
-                done = not self._subs_dirty and not self._pending_subs
-            if done and self._subs_acked.wait(0):
-                return True
-            self._subs_acked.wait(min(0.05, max(0.0, remaining)))
+        return self.subscriptions.wait_acked(self._connected, timeout)
+
+    @property
+    def _subscribed(self) -> set[str]:
+        return self.subscriptions.subscribed
 
     def publish(self, message: Message) -> None:
         """Queue `message`; the network thread sends it as soon as the broker is reachable."""
@@ -240,27 +336,14 @@ class Bridge:
 
     def set_subscriptions(self, topics: Iterable[str]) -> None:
         """The topics this session should be subscribed to (QoS 1); others are unsubscribed."""
-        with self._lock:
-            self._desired = tuple(dict.fromkeys(topics))
-            self._subs_dirty = True
+        self.subscriptions.want(tuple(dict.fromkeys(topics)))
         self._wake()
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="mqtt", daemon=True)
-        self._thread.start()
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            self._wake_w.send(b"\0")
 
-    def stop(self, final: Sequence[Message] = (), timeout: float = 3.0) -> None:
-        """Send `final` (and what is queued) if connected, within `timeout`, then disconnect."""
-        self._final = list(final)
-        self._stop_deadline = time.monotonic() + timeout
-        self._stopping.set()
-        self._wake()
-        if self._thread is not None:
-            self._thread.join(timeout + 7)
-        self._wake_r.close()
-        self._wake_w.close()
-
-    # -- paho set-up -----------------------------------------------------------------
+    # -- paho set-up ---------------------------------------------------------------------
 
     def _make_client(self, will: Message) -> mqtt.Client:
         s = self.settings
@@ -293,7 +376,7 @@ class Bridge:
         except OSError as exc:  # a unix socket or an exotic transport
             log.debug("cannot set TCP_NODELAY: %s", exc)
 
-    # -- paho callbacks (network thread) ------------------------------------------------
+    # -- paho callbacks (network thread) -------------------------------------------------
 
     def _connected_cb(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any,
                       props: Any) -> None:
@@ -305,17 +388,13 @@ class Bridge:
         self._attempts = 0
         # The broker's Receive Maximum bounds what we may have in flight (paho ignores it).
         self._window = max(1, min(_INFLIGHT, int(getattr(props, "ReceiveMaximum", _INFLIGHT))))
-        self._drop = False  # a drop owed on the old connection is moot
-        self._forget_inbound()  # its packet ids meant nothing on the old one; the broker resends
+        self.inbound.drop = False  # a drop owed on the old connection is moot
+        self.inbound.forget()  # its packet ids meant nothing on the old one; the broker resends
         self._connected.set()
         self.metrics.inc("mqtt_connects")
         log.info("connected to %s as %s (session %s)", self.settings.broker, self.client_id,
                  "resumed" if flags.session_present else "new")
-        with self._lock:
-            self._subs_dirty = True
-            self._pending_subs.clear()  # a SUBACK owed on the old connection never comes
-            if not flags.session_present:
-                self._subscribed = set()  # a new session has no subscriptions to remove
+        self.subscriptions.connected(bool(flags.session_present))
         if self._on_connect is not None:
             try:
                 self._on_connect(bool(flags.session_present))
@@ -325,7 +404,7 @@ class Bridge:
     def _disconnected_cb(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any,
                          props: Any) -> None:
         # paho can report one disconnect twice (#870): count transitions, not calls.
-        self._forget_inbound()  # unacknowledged: the broker delivers it again on the next connection
+        self.inbound.forget()  # unacknowledged: the broker delivers it again on the next connection
         if self._connected.is_set():
             self._connected.clear()
             self.metrics.inc("mqtt_disconnects")
@@ -337,84 +416,16 @@ class Bridge:
 
     def _message_cb(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
         self.metrics.inc("mqtt_received")
-        if self._drop:
+        if self.inbound.drop:
             # This connection is being dropped for a refused message: the rest of what arrives
             # on it stays unacknowledged and comes again with the redelivery.
             return
         inbound = _Inbound(message.topic, bytes(message.payload), bool(message.retain), message.mid,
                            message.qos)
-        self._inbound.append(inbound)
-        self._inbound_bytes += inbound.cost
+        self.inbound.add(inbound)
 
-    def _handle(self, message: _Inbound) -> None:
-        """Carry out one message read ahead; acknowledge it once the handler says it is stored."""
-        try:
-            ok = self._on_message(message.topic, message.payload, message.retain)
-        except Exception:
-            ok = self._handler_raised(message.topic, message.payload)
-        self._settle(message, ok)
-
-    def _handle_batch(self, batch: list[_Inbound]) -> None:
-        """Carry out messages read ahead with the batch handler; acknowledge each it says is
-        stored, in order, up to its first refusal. A handler that raises gets each message
-        again through `on_message`, where a poison message is counted and given up."""
-        assert self._on_messages is not None
-        try:
-            results = list(self._on_messages([(m.topic, m.payload, m.retain) for m in batch]))
-        except Exception:
-            log.warning("inbound batch handler failed on %d messages; handling them one by one", len(batch),
-                        exc_info=True)
-            for message in batch:
-                if self._drop:
-                    return  # refused: the rest comes again
-                self._handle(message)
-            return
-        for message, ok in zip(batch, results, strict=False):  # it may stop short
-            self._settle(message, ok)
-            if not ok:
-                return
-        if len(results) < len(batch):  # a handler that stopped without a refusal: the rest comes again
-            self._settle(batch[len(results)], False)
-
-    def _settle(self, message: _Inbound, ok: bool) -> None:
-        """Acknowledge a handled message, or refuse it: reconnect for its redelivery."""
-        if ok:
-            self._refusals = 0
-            if self._failures:  # it went through after all
-                self._failures.pop((message.topic, hashlib.sha256(message.payload).digest()), None)
-            if message.qos > 0:
-                self._client.ack(message.mid, message.qos)
-        else:
-            # Not acknowledged: reconnect (after a back-off) so the broker delivers it again,
-            # with everything read after it.
-            self._forget_inbound()
-            self._refusals += 1
-            self._drop = True
-            # What we have to say (a status saying why we refuse, PUBACKs owed to us) goes out
-            # before the drop, else a refusal right after each CONNACK would keep the device mute.
-            self._drop_by = time.monotonic() + _FLUSH_BEFORE_DROP_S
-
-    def _forget_inbound(self) -> None:
-        """Drop what was read and not handled: unacknowledged, the broker delivers it again."""
-        self._inbound.clear()
-        self._inbound_bytes = 0
-
-    def _handler_raised(self, topic: str, payload: bytes) -> bool:
-        """Count a delivery whose handler raised; True once it has had its attempts (give it up)."""
-        key = (topic, hashlib.sha256(payload).digest())
-        attempts = self._failures.pop(key, 0) + 1
-        if attempts == 1:
-            log.exception("inbound handler failed on a message to %s (%d bytes); it is delivered "
-                          "again, at most %d times in all", topic, len(payload), _HANDLER_ATTEMPTS)
-        if attempts < _HANDLER_ATTEMPTS:
-            self._failures[key] = attempts
-            while len(self._failures) > _FAILURES_REMEMBERED:
-                self._failures.popitem(last=False)
-            return False
-        self.metrics.inc("mqtt_inbound_dropped")
-        log.error("inbound message to %s (%d bytes) dropped: its handler failed on %d deliveries",
-                  topic, len(payload), attempts)
-        return True
+    def _ack(self, mid: int, qos: int) -> None:
+        self._client.ack(mid, qos)  # the client as it is now (made below; a test wraps its `ack`)
 
     def _published_cb(self, client: mqtt.Client, userdata: Any, mid: int, reason: Any,
                       props: Any) -> None:
@@ -424,13 +435,33 @@ class Bridge:
 
     def _subscribed_cb(self, client: mqtt.Client, userdata: Any, mid: int, reasons: Any,
                        props: Any) -> None:
-        failed = [str(r) for r in reasons if getattr(r, "is_failure", False)]
-        if failed:
-            log.error("broker refused a subscription: %s", ", ".join(failed))
-        with self._lock:
-            self._pending_subs.discard(mid)
-            if not self._pending_subs:
-                self._subs_acked.set()
+        self.subscriptions.acked(mid, reasons)
+
+    def _loud(self) -> bool:
+        """Log the 1st, 10th and every 100th failure of a streak, not all of them."""
+        return self._attempts in (1, 10) or self._attempts % 100 == 0
+
+    def _backoff(self, streak: int | None = None) -> float:
+        return reconnect_delay(self.settings, self._attempts if streak is None else streak)
+
+
+class Bridge(Session):
+    """A persistent MQTT v5 session in a background thread: the network loop that drives it."""
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="mqtt", daemon=True)
+        self._thread.start()
+
+    def stop(self, final: Sequence[Message] = (), timeout: float = 3.0) -> None:
+        """Send `final` (and what is queued) if connected, within `timeout`, then disconnect."""
+        self._final = list(final)
+        self._stop_deadline = time.monotonic() + timeout
+        self._stopping.set()
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout + 7)
+        self._wake_r.close()
+        self._wake_w.close()
 
     # -- network thread ------------------------------------------------------------------
 
@@ -446,7 +477,7 @@ class Bridge:
                     if not self._try_connect():
                         self._stopping.wait(self._backoff())
                         continue
-                self._step(0.05 if self._drop else 0.5)
+                self._step(0.05 if self.inbound.drop else 0.5)
             except Exception:  # a bug here must cost a reconnect, not the daemon's MQTT
                 log.exception("MQTT network loop failed; reconnecting")
                 with contextlib.suppress(Exception):
@@ -459,7 +490,7 @@ class Bridge:
 
     def _try_connect(self) -> bool:
         self._attempts += 1
-        self._forget_inbound()  # read on a connection that is gone: its packet ids mean nothing now
+        self.inbound.forget()  # read on a connection that is gone: its packet ids mean nothing now
         try:
             rc = self._client.reconnect()
         except (OSError, ValueError) as exc:
@@ -472,13 +503,6 @@ class Bridge:
         self._connecting_since = time.monotonic()
         return True
 
-    def _loud(self) -> bool:
-        """Log the 1st, 10th and every 100th failure of a streak, not all of them."""
-        return self._attempts in (1, 10) or self._attempts % 100 == 0
-
-    def _backoff(self, streak: int | None = None) -> float:
-        return reconnect_delay(self.settings, self._attempts if streak is None else streak)
-
     def _step(self, timeout: float) -> None:
         client = self._client
         self._send_pending()
@@ -486,9 +510,10 @@ class Bridge:
         sock = client.socket()
         if sock is None:
             return
-        reading = self._inbound_bytes < _READ_AHEAD_BYTES
+        inbound = self.inbound
+        reading = not inbound.full
         pending = sock.pending() if isinstance(sock, ssl.SSLSocket) and reading else 0
-        handling = bool(self._inbound) and self._connected.is_set() and not self._stopping.is_set()
+        handling = bool(inbound.messages) and self._connected.is_set() and not self._stopping.is_set()
         wlist = [sock] if client.want_write() else []
         rlist = [sock, self._wake_r] if reading else [self._wake_r]
         try:
@@ -510,15 +535,15 @@ class Bridge:
                 and time.monotonic() - self._connecting_since > 2 * client.connect_timeout + 5):
             log.warning("no CONNACK from %s; reconnecting", self.settings.broker)
             self._close_socket()
-        if self._drop and client.socket() is not None and (
-                time.monotonic() >= self._drop_by or not (len(self.outbox) or self._unacked)):
-            delay = self._backoff(self._refusals)
-            if self._refusals in (1, 10) or self._refusals % 100 == 0:
+        if inbound.drop and client.socket() is not None and (
+                time.monotonic() >= inbound.drop_by or not (len(self.outbox) or self._unacked)):
+            delay = self._backoff(inbound.refusals)
+            if inbound.refusals in (1, 10) or inbound.refusals % 100 == 0:
                 log.warning("a message could not be stored (%d in a row); reconnecting in %.1f s for "
-                            "its redelivery", self._refusals, delay)
+                            "its redelivery", inbound.refusals, delay)
             self._hold_until = time.monotonic() + delay
             self._close_socket()  # reads to EOF: nothing more arrives on this connection
-            self._drop = False
+            inbound.drop = False
 
     def _read(self, sock: Any) -> None:
         """Read what the broker has sent, up to `_READ_AHEAD_BYTES` of messages not yet handled.
@@ -539,7 +564,7 @@ class Bridge:
             self._send_pending()  # acknowledgements just read free places in the send window
             if client.want_write():
                 client.loop_write()
-            if self._inbound_bytes >= _READ_AHEAD_BYTES or not _readable(sock):
+            if self.inbound.full or not _readable(sock):
                 return
 
     def _handle_some(self, sock: Any) -> None:
@@ -548,15 +573,9 @@ class Bridge:
         Between two messages, acknowledgements that came in are read and their places in
         the send window refilled: a window's round trip costs one handler call, not a slice."""
         deadline = time.monotonic() + _HANDLE_SLICE_S
-        while self._inbound and not self._drop and self._connected.is_set():
-            if self._on_messages is not None:
-                batch = [self._inbound.popleft() for _ in range(min(_BATCH_MAX, len(self._inbound)))]
-                self._inbound_bytes -= sum(m.cost for m in batch)
-                self._handle_batch(batch)
-            else:
-                message = self._inbound.popleft()
-                self._inbound_bytes -= message.cost
-                self._handle(message)
+        inbound = self.inbound
+        while inbound.messages and not inbound.drop and self._connected.is_set():
+            inbound.handle_next()
             if self._client.socket() is None:
                 return
             self._send_pending()  # statuses the handler queued
@@ -564,7 +583,7 @@ class Bridge:
                 self._client.loop_write()  # the acknowledgement and those statuses
             if time.monotonic() >= deadline:
                 return
-            if self._inbound_bytes < _READ_AHEAD_BYTES and _readable(sock):
+            if not inbound.full and _readable(sock):
                 self._read(sock)
 
     def _close_socket(self) -> None:
@@ -584,7 +603,7 @@ class Bridge:
     def _send_pending(self) -> None:
         """Once connected: subscriptions first (what the device hears), then the outbox."""
         if self._connected.is_set():
-            self._sync_subscriptions()
+            self.subscriptions.sync(self._client)
             self._drain()
 
     def _drain(self) -> None:
@@ -599,32 +618,6 @@ class Bridge:
             if message.qos > 0:
                 self._unacked.add(info.mid)
             self.metrics.inc("mqtt_sent")
-
-    def _sync_subscriptions(self) -> None:
-        with self._lock:
-            if not self._subs_dirty:
-                return
-            self._subs_dirty = False
-            desired = self._desired
-            if desired:
-                self._subs_acked.clear()
-            else:
-                self._subs_acked.set()
-        stale = sorted(self._subscribed - set(desired))
-        if stale:
-            self._client.unsubscribe(stale)
-            log.info("unsubscribed from %s", ", ".join(stale))
-        if desired:
-            # Retained messages (configs) only for new subscriptions: after a resumed
-            # session they were delivered already.
-            opts = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_SEND_IF_NEW_SUB)
-            rc, mid = self._client.subscribe([(t, opts) for t in desired])
-            if rc == MQTTErrorCode.MQTT_ERR_SUCCESS and mid is not None:
-                with self._lock:
-                    self._pending_subs.add(mid)
-        if set(desired) != self._subscribed:
-            self._subscribed = set(desired)
-            self._save_subscribed()
 
     def _shutdown(self) -> None:
         deadline = self._stop_deadline
@@ -649,24 +642,3 @@ class Bridge:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
-
-    def _wake(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
-            self._wake_w.send(b"\0")
-
-    def _load_subscribed(self) -> list[str]:
-        if self._subs_file is None:
-            return []
-        try:
-            data = json.loads(self._subs_file.read_text())
-        except (OSError, ValueError):
-            return []
-        return [t for t in data if isinstance(t, str)] if isinstance(data, list) else []
-
-    def _save_subscribed(self) -> None:
-        if self._subs_file is None:
-            return
-        try:
-            atomic_write(self._subs_file, json.dumps(sorted(self._subscribed)).encode())
-        except OSError as exc:
-            log.warning("cannot record subscriptions in %s: %s", self._subs_file, exc)

@@ -48,7 +48,7 @@ BUFFER_CAPACITY_BYTES = 1_048_576
 
 
 class MusicControls(Protocol):
-    """The device's shared volume and mute (`daemon.Daemon`; `controls.ControlState` on disk)."""
+    """The device's shared volume and mute (`controls.Controls`; `controls.ControlState` on disk)."""
 
     def volume(self) -> float: ...
 
