@@ -21,17 +21,16 @@ import signal
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edge_agent import __version__, outputs
 from edge_agent.announce.journal import Journal
 from edge_agent.announce.pipeline import Announcer, Speaking
 from edge_agent.announce.playout import SinkOpener, remove_partials
-from edge_agent.asr.manifest import EXPORT_HINT
 from edge_agent.atomic import AppendFile
 from edge_agent.audio.command import stop_all as stop_commands
 from edge_agent.audio.reference import PlaybackReference
-from edge_agent.audio.sources import CommandSource, PipeSource, release_pipes
+from edge_agent.audio.sources import release_pipes
 from edge_agent.config import WAKE_BUILTIN, Settings
 from edge_agent.controls import ControlChange, Controls
 from edge_agent.errors import EdgeError
@@ -40,9 +39,9 @@ from edge_agent.hermes.adapter import HermesAdapter
 from edge_agent.homeassistant.adapter import HomeAssistantAdapter
 from edge_agent.homeassistant.discovery import HaTopics
 from edge_agent.listen.loop import HearingLoop
-from edge_agent.listen.microphone import WakeFilter
 from edge_agent.listen.remote import RemoteRouter, RemoteTurns
 from edge_agent.listen.turn import Conversation, HearObserver
+from edge_agent.listener import HearingFactory, Microphone, hearing_loop
 from edge_agent.metrics import Metrics
 from edge_agent.models import load_catalog
 from edge_agent.mqtt.bridge import Bridge
@@ -50,7 +49,7 @@ from edge_agent.mqtt.dispatch import Dispatcher
 from edge_agent.mqtt.hearing import HearPublisher
 from edge_agent.mqtt.outbox import Message
 from edge_agent.mqtt.topics import Topics
-from edge_agent.parts import asr_present, build_hearing, local_synthesizer, model_store, routed_synthesizer
+from edge_agent.parts import routed_synthesizer
 from edge_agent.reload import (
     FleetWorker,
     Reloader,
@@ -71,34 +70,21 @@ if TYPE_CHECKING:
     from edge_agent.esphome.service import EsphomeService
     from edge_agent.sendspin.player import SendspinPlayer
 
-__all__ = ["Daemon", "SettingsSource", "hearing_loop", "local_synthesizer", "routed_synthesizer"]
-"""`SettingsSource` (`reload`) and the synthesizer factories (`outputs`) are taken from here too."""
+__all__ = ["Daemon", "SettingsSource"]
+"""`SettingsSource` (`reload`) is taken from here too: what `edge-agent run` hands the daemon."""
 
 log = logging.getLogger(__name__)
 
 SynthesizerFactory = Callable[[Settings], Synthesizer]
-HearingFactory = Callable[[Settings, WakeFilter], HearingLoop | None]
-
-
-def hearing_loop(settings: Settings, accept_wake: WakeFilter,
-                 reference: PlaybackReference | None = None) -> HearingLoop | None:
-    """Microphone -> wake word -> VAD -> Whisper, when an exported ASR model is present (None otherwise).
-
-    A missing microphone is an `AudioError`, a broken export or wake model a `ModelError`:
-    both leave the daemon announcing without listening, with the reason logged once and on
-    its status (a wake-mode device never falls back to transcribing everything). The microphone
-    hears through the front end, `reference` (what the loudspeaker plays) cancelled; a file shares
-    no clock with the loudspeaker and is heard without it.
-    """
-    if not asr_present(settings):
-        return None
-    # The configured input, opened once the models load.
-    return build_hearing(settings, model_store(settings), None, accept_wake, reference)
 
 
 class Daemon:
     """The running agent."""
 
+    controls: Controls
+    topics: Topics
+    fleet: FleetManager
+    reload: Reloader
     music: MusicCues
     sendspin: SendspinPlayer | None = None
     """The Sendspin player once it runs (`sendspin.enabled`)."""
@@ -117,7 +103,6 @@ class Daemon:
         self._make_synth = synthesizer_factory
         self.reference = PlaybackReference()
         """What the loudspeaker played: the echo canceller's reference and the own-voice guard's."""
-        self._make_listener = listener_factory or functools.partial(hearing_loop, reference=self.reference)
         self._make_opener = opener_factory or functools.partial(outputs.default_opener,
                                                                 reference=self.reference)
         self._stop_event: asyncio.Event | None = None
@@ -125,13 +110,13 @@ class Daemon:
         self.bridge: Bridge | None = None
         self.wyoming: WyomingService | None = None
         self.esphome: EsphomeService | None = None
-        self.listener: HearingLoop | None = None
-        self.listening: dict[str, Any] = {"mode": "off", "state": "off"}
-        """What the microphone does, on the status topic: mode, state (listening, unavailable, off)."""
         self.status = DeviceStatus(self._publish, lambda: self.topics, self.metrics,
                                    config_version=lambda: self.fleet.active.version)
+        self.mic = Microphone(listener_factory or functools.partial(hearing_loop, reference=self.reference),
+                              lambda: self.settings, self._mic_muted, self.status.online)
+        """The hearing loop: started, muted, restarted, and its state on the status."""
         self.status.parts.update(
-            listen=lambda: self.listening,
+            listen=lambda: self.mic.state,
             satellite=lambda: self.satellite.status() if self.satellite is not None else None,
             music=lambda: self.sendspin.status() if self.sendspin is not None else None)
         self.fleet = FleetManager(
@@ -161,9 +146,8 @@ class Daemon:
         self.reload = Reloader(source, self.announcements, self.controls, current=lambda: self.settings,
                                applied=self._reloaded, make_synth=self._make_synth,
                                make_opener=self._make_opener)
-        self._mute_lock = asyncio.Lock()
         self._make_adapters()
-        self.remote = RemoteRouter(self._takers, self._end_streamed_turn)
+        self.remote = RemoteRouter(self._takers, self.mic.end_turn)
         """Hands a streamed turn to the ESPHome API or the Wyoming satellite."""
         observers: list[HearObserver] = [HearPublisher(self._publish, lambda: self.topics)]
         if self.hermes is not None:
@@ -171,9 +155,18 @@ class Daemon:
         observers += [self.remote, *self._music_cues()]
         self.turns = Conversation(self.announcements, lambda: self.settings, self.metrics, observers,
                                   chime=lambda name: outputs.chime(self.announcements.speaking.opener, name),
-                                  open_turn=self._open_turn)
+                                  open_turn=functools.partial(self.mic.open_turn, stream=False))
         """The conversation turn around the hearing loop: its events go here."""
+        self.mic.turns, self.mic.streaming = self.turns, self.remote.streaming
         self.announcements.observe(self.turns.on_announce_status)
+
+    def _mic_muted(self) -> bool:
+        return self.controls.mic_muted()  # loaded after the fleet's settings: read at each use
+
+    @property
+    def listener(self) -> HearingLoop | None:
+        """The hearing loop while the device listens."""
+        return self.mic.loop
 
     @property
     def synth(self) -> Synthesizer:
@@ -198,7 +191,7 @@ class Daemon:
             self.bridge.start()
         await asyncio.to_thread(outputs.warm_up, self.synth)
         self.announcements.start()
-        self._start_listener()
+        self.mic.start()
         await self._start_services()
         self.status.online()
         tasks = [asyncio.create_task(self.status.heartbeat(lambda: self.settings.mqtt.heartbeat_s),
@@ -233,8 +226,7 @@ class Daemon:
 
     def _shutdown(self) -> None:
         self.turns.close()
-        if self.listener is not None:
-            self.listener.stop()
+        self.mic.stop()
         release_pipes()  # the FIFO a mute left open for its writer
         self.announcements.stop()
         stop_commands()  # no player or recorder, each in its own session, outlives the agent
@@ -303,21 +295,19 @@ class Daemon:
     def _load_controls(self) -> None:
         self.controls = Controls(self.base.daemon.state_dir, config_volume=self.settings.audio.volume,
                                  wake_offered=self.wake_offered(), on_change=self._control_changed,
-                                 close_mic=self._close_mic)
+                                 close_mic=self.mic.close)
         # Who holds the daemon reads and switches them on it too (the ESPHome and Home Assistant tests).
         self.volume, self.mic_muted = self.controls.volume, self.controls.mic_muted
         self.media_muted, self.set_mic_muted = self.controls.media_muted, self.controls.set_mic_muted
         self.settings = with_choices(self.settings, self.controls)
-        mode = self.settings.listen.mode if self.settings.daemon.listen else "off"
-        if self.controls.mic_muted() and mode != "off":  # the status on connecting, before listening
-            self.listening = {"mode": mode, "state": "muted"}
+        self.mic.muted_before_start()
 
     def _control_changed(self, what: ControlChange) -> None:
         """The user changed a control (any thread; `Controls` has saved it): the device follows."""
         if what == "wake":  # chosen in the ESPHome API: the hearing loop restarts with them
             self.settings = with_wake_words(self.settings, self.controls.wake_words() or ())
             if self._loop is not None and not self.controls.mic_muted():
-                asyncio.run_coroutine_threadsafe(self._restart_listener(), self._loop)
+                asyncio.run_coroutine_threadsafe(self.mic.restart(), self._loop)
             return
         if what == "volume":
             new = with_volume(self.settings, self.controls.volume())
@@ -329,117 +319,23 @@ class Daemon:
         if self.sendspin is not None:
             self.sendspin.controls_changed()
         if what == "mic" and self._loop is not None:
-            asyncio.run_coroutine_threadsafe(self._apply_mute(), self._loop)
-
-    def _close_mic(self) -> None:
-        listener = self.listener
-        if listener is not None:
-            listener.halt()  # the microphone closes now, whatever else the daemon is waiting for
-
-    async def _apply_mute(self) -> None:
-        async with self._mute_lock:  # one switch at a time; the last request wins
-            if self.controls.mic_muted() and self.listener is not None:
-                listener, self.listener = self.listener, None
-                await in_own_thread(listener.stop)  # closed by `set_mic_muted`: this waits for its thread
-                self.listening = {"mode": self.listening.get("mode", "off"), "state": "muted"}
-                self.status.online()
-            elif not self.controls.mic_muted() and self.listener is None:
-                await in_own_thread(self._start_listener)
-                self.status.online()
-
-    async def _restart_listener(self) -> None:
-        async with self._mute_lock:
-            listener, self.listener = self.listener, None
-            if listener is not None:
-                await in_own_thread(listener.stop)
-            if not self.controls.mic_muted():
-                await in_own_thread(self._start_listener)
-
-    # -- listener ------------------------------------------------------------------------
-
-    def _start_listener(self) -> None:
-        settings = self.settings
-        mode = settings.listen.mode if settings.daemon.listen else "off"
-        if mode == "off":
-            log.info("not listening: listen.mode is off")
-            return
-        if self.controls.mic_muted():
-            log.info("not listening: the microphone is muted")
-            self.listening = {"mode": mode, "state": "muted"}
-            return
-        try:
-            self.listener = self._make_listener(settings, self.turns.accept_wake)
-        except EdgeError as exc:
-            log.error("not listening: %s", exc)
-            self.listening = {"mode": mode, "state": "unavailable", "error": str(exc)}
-            return
-        if self.listener is None:
-            # A device set to listen that cannot is a fault to fix, not a mode: say how.
-            log.warning("not listening: no ASR model present; %s", EXPORT_HINT)
-            self.listening = {"mode": mode, "state": "unavailable",
-                              "error": f"no ASR model present; {EXPORT_HINT}"}
-            return
-
-        def on_error(exc: BaseException) -> None:
-            log.error("listener stopped: %s", exc)
-            self.listening = {"mode": mode, "state": "unavailable", "error": str(exc)}
-            self.status.online()
-
-        self.listening = {"mode": mode, "state": "listening"}
-        if mode == "wake":
-            self.listening["wake_words"] = list(settings.wake.models)
-        self.listener.hearing.stream_turns = self.remote.streaming
-        source = self.listener.microphone.input
-        if isinstance(source, (CommandSource, PipeSource)):
-            listener = self.listener
-            source.on_trouble = lambda problem: self._input_trouble(listener, problem)
-        if self.controls.mic_muted():  # muted while the listener was being built: its source closes unheard
-            self.listener.halt()
-            self.listener = None
-            self.listening = {"mode": mode, "state": "muted"}
-            return
-        mixer = self.listener.microphone.beamformer
-        if mixer is not None:
-            hearing = self.listener
-            mixer.on_problem = lambda problem: self._input_channels(hearing, problem)
-            if mixer.problem:
-                self.listening["channels"] = mixer.problem
-        self.listener.start(self.turns.on_event, on_error=on_error,
-                            on_end=lambda: log.info("listener ended (its source closed)"))
-        log.info("listening", extra={"mode": mode})
-
-    def _input_trouble(self, listener: HearingLoop, problem: str | None) -> None:
-        """`audio.input_command` exited (and is being started again), `audio.input_pipe` hears garbage,
-        or either hears again: on the status."""
-        if self.listener is not listener:
-            return  # muted or stopped since
-        state = {k: v for k, v in self.listening.items() if k != "error"}
-        state.update({"state": "unavailable", "error": problem} if problem else {"state": "listening"})
-        self.listening = state
-        self.status.online()
-
-    def _input_channels(self, listener: HearingLoop, problem: str | None) -> None:
-        """The beamformer fell back to one channel (a dead one, a count the geometry lacks), or
-        hears them all again: `channels` on the status; the device still listens."""
-        if self.listener is not listener:
-            return
-        state = {k: v for k, v in self.listening.items() if k != "channels"}
-        if problem:
-            state["channels"] = problem
-        self.listening = state
-        self.status.online()
+            asyncio.run_coroutine_threadsafe(self.mic.apply_mute(), self._loop)
 
     # -- servers beside MQTT (`services.py`) ---------------------------------------------
 
     async def _start_services(self) -> None:
         """The Wyoming endpoints, the ESPHome API and the Sendspin player, as configured."""
         parts = Parts(self.settings, self.device, self.announcements, self.turns, self.controls, self.music,
-                      end_turn=self._end_streamed_turn, on_status=self.status.online)
+                      end_turn=self.mic.end_turn, on_status=self.status.online)
         if self.settings.wyoming.enabled:
             transcriber = self.listener.transcriber if self.listener is not None else None
             self.wyoming = await start_wyoming(parts, lambda: self.synth, transcriber)
         if self.settings.esphome.enabled:
-            self.esphome = await start_esphome(parts, self.wake_offered(), self._continue_conversation)
+            self.esphome = await start_esphome(
+                parts, self.wake_offered(),
+                # Home Assistant continues or starts a conversation: a turn without a wake word,
+                # streamed to it while it runs the voice assistant.
+                lambda conversation_id: self.mic.open_turn(conversation_id, stream=True))
         if self.settings.sendspin.enabled:
             from edge_agent.sendspin.player import sendspin_missing
 
@@ -476,25 +372,3 @@ class Daemon:
         if self.satellite is not None:
             takers.append(self.satellite)
         return takers
-
-    def _open_turn(self, conversation_id: str) -> bool:
-        """A turn without a wake word (any thread) for an announcement that expects a reply: heard
-        here. False when the microphone does not listen for wake words."""
-        return self._open(conversation_id, stream=False)
-
-    def _continue_conversation(self, conversation_id: str) -> bool:
-        """Home Assistant continues or starts a conversation (any thread): a turn without a wake
-        word, streamed to it while it runs the voice assistant."""
-        return self._open(conversation_id, stream=True)
-
-    def _open(self, conversation_id: str, *, stream: bool) -> bool:
-        if self.listener is not None and self.listening.get("mode") == "wake":
-            self.listener.hearing.open_turn(conversation_id, stream=stream)
-            return True
-        return False
-
-
-    def _end_streamed_turn(self, conversation_id: str) -> None:
-        """Home Assistant has the command (or is gone): the hearing loop ends the turn."""
-        if isinstance(self.listener, HearingLoop):
-            self.listener.hearing.end_turn(conversation_id)

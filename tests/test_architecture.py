@@ -43,14 +43,16 @@ NEVER = (*TOOLS, "torch", "torchaudio", "whisper", "silero_vad")
 torch in (openai-whisper's `whisper`, the `silero_vad` package; the runtime reads Silero's ONNX file)."""
 FLOORS = (
     ("edge_agent", "errors", "homes", "faults", "atomic", "checks", "endpoints", "typedtree", "safeyaml",
-     "logs", "text", "audio", "device", "netclose", "mdns", "metrics", "controls", "runtime", "threads"),
+     "logs", "text", "audio", "device", "netclose", "mdns", "metrics", "controls", "runtime",
+     "threads"),
     ("models",),
     ("vad", "wake", "asr", "tts"),
     ("listen", "announce", "offload", "fleet"),
     ("mqtt",),
     ADAPTERS,
     ("config",),
-    ("parts", "outputs", "services", "status", "reload", "daemon", "commands", "cli", "configref", "__main__"),
+    ("parts", "outputs", "services", "status", "reload", "listener", "daemon", "commands", "cli",
+     "configref", "__main__"),
 )
 """The floors of `edge_agent`, ground first: a module imports its own floor and those below, never
 one above. The ground holds what every flow shares (audio, text, errors, where state lives, the
@@ -58,8 +60,8 @@ runtime's providers); then the model store; hearing and speaking; the flows buil
 listener, the announcer, offload, the fleet); the MQTT transport; the adapters beside it;
 `config`, which assembles every package's settings section; and the wiring (`parts` loads the
 models the adapters are handed, `outputs` the voice's sinks, `services` starts the servers,
-`status` and `reload` are the daemon's, `daemon` connects them, the commands). Every package has a floor: a new one must
-be placed here."""
+`status`, `reload` and `listener` are the daemon's, `daemon` connects them, the commands). Every
+package has a floor: a new one must be placed here."""
 WIRING = FLOORS[-1]
 """The only floor that imports `config` (the whole `Settings`): below it each package is handed its
 own section."""
