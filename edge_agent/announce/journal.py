@@ -1,18 +1,10 @@
 """The announcement journal: accepted announcements and every id already seen, on disk.
 
-One append-only file of JSON lines, fsynced per write. Writes are shared (group commit):
-the `accept` records of a batch read in one go (`accept_many`) go in one write, and
-records that threads make while a write is in its fsync (the speaker's `start` and
-`finish`, a trigger's accepts) wait for it and go together in the next one, one
-fsync for all; each caller returns only once its records are on disk:
-
-    {"op": "accept", "a": {...announcement...}, "ts": ...}   accepted, waiting
-    {"op": "start", "id": ..., "ts": ...}                     speaking began
-    {"op": "requeue", "id": ..., "resume": 2, "spent_s": 4.2, "ts": ...}
-                                                              stopped at a sentence boundary
-                                                              after spent_s of audio
-    {"op": "finish", "id": ..., "state": "done", ...}         done / expired / failed
-    {"op": "seen", "id": ..., "state": ..., "ts": ...}        a finished id (after compaction)
+One append-only file of JSON lines (`journalfile`: the records and what they replay to),
+fsynced per write. Writes are shared (`groupcommit`): the `accept` records of a batch read in
+one go (`accept_many`) go in one write, and records that threads make while a write is in its
+fsync (the speaker's `start` and `finish`, a trigger's accepts) wait for it and go together in
+the next one, one fsync for all; each caller returns only once its records are on disk.
 
 An announcement is accepted (and its trigger's message, e.g. MQTT, acknowledged) only once its
 `accept` record is wholly on disk, so a crash loses nothing that was acknowledged. A batch is
@@ -37,9 +29,7 @@ leaves the journal as it was and still usable. `error` says what is wrong, and
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -48,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edge_agent.announce.groupcommit import GroupCommit
+from edge_agent.announce.journalfile import Entries, Entry, compacted, encode, forget_old, replay
 from edge_agent.announce.message import FINAL_STATES, Announcement
 from edge_agent.announce.settings import AnnouncementSettings
 from edge_agent.atomic import AppendFile, atomic_write, remove_stale_temps
@@ -68,23 +60,6 @@ class JournalError(OSError):
     """The journal could not record something; nothing was changed."""
 
 
-@dataclass
-class Entry:
-    """What the journal knows about one id."""
-
-    state: str
-    """queued, speaking, done, expired or failed."""
-    ts: float
-    announcement: Announcement | None = None
-    """Kept while the announcement is not finished."""
-    resume: int = 0
-    """First sentence still to speak."""
-    spent_s: float = 0.0
-    """Audio already played, counted against `announcements.max_audio_s`."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """engine / error of a finished one."""
-
-
 @dataclass(frozen=True)
 class Recovered:
     """What `Journal.open` found."""
@@ -95,19 +70,6 @@ class Recovered:
     """Ids that were speaking when the process died; now recorded as failed."""
     spent: dict[str, float] = field(default_factory=dict)
     """Id -> seconds of audio a pending announcement has already played (its budget's use)."""
-
-
-@dataclass
-class _Commit:
-    """Records waiting for the journal's next write, and what follows once it is done."""
-
-    data: bytes
-    """The records, one JSON line each."""
-    records: int
-    apply: Callable[[bool], None]
-    """Called with whether the write held, under the lock, before anyone else writes."""
-    error: JournalError | None = None
-    done: bool = False
 
 
 class Journal:
@@ -122,14 +84,9 @@ class Journal:
         self._clock = clock
         self._on_error = on_error
         self._open_file = open_file
-        self._entries: OrderedDict[str, Entry] = OrderedDict()
+        self._entries: Entries = OrderedDict()
         self._lock = threading.Lock()
-        self._written = threading.Condition(self._lock)
-        """Notified when a write (and its fsync) has finished: see `_commit`."""
-        self._waiting: list[_Commit] = []
-        """Records for the next write, with what to do once it is known whether it held."""
-        self._writing = False
-        """A write and fsync is under way, without the lock (the file is not swapped meanwhile)."""
+        self._group = GroupCommit(self._lock, self._append, self._written)
         self._accepting = threading.Lock()
         """One `accept_many` at a time: an id is checked against what is on disk, then written."""
         self._file: AppendFile | None = None
@@ -149,7 +106,7 @@ class Journal:
         with self._lock:
             self.directory.mkdir(parents=True, exist_ok=True)
             remove_stale_temps(self.directory)
-            self._replay()
+            replay(self.path, self._entries)
             interrupted = []
             now = self._clock()
             for ann_id, entry in self._entries.items():
@@ -169,7 +126,7 @@ class Journal:
 
     def close(self) -> None:
         with self._lock:
-            self._written.wait_for(lambda: not self._writing)
+            self._group.wait_idle()
             if self._file is not None:
                 self._file.close()
                 self._file = None
@@ -236,7 +193,7 @@ class Journal:
     def retry(self) -> bool:
         """Try to bring the file up to date now (after a write error); True if it is."""
         with self._lock:
-            self._written.wait_for(lambda: not self._writing)
+            self._group.wait_idle()
             if self._behind:
                 self._compact_after = 0.0
                 self._compact()
@@ -273,66 +230,46 @@ class Journal:
                     raise
             self._compact_if_due()
 
+    def _commit(self, records: list[dict[str, Any]], apply: Callable[[bool], None]) -> None:
+        """Write `records` durably with whatever other threads write meanwhile (`groupcommit`);
+        `apply(written)` runs under the lock once the write is done. Raises `JournalError` if it
+        failed. Called with the lock."""
+        # Encoded here: whatever that raises is this caller's alone.
+        self._group.commit(encode(records), len(records), apply)
+
+    # -- the group commit's state, as its tests watch it ----------------------------------------
+
+    @property
+    def _writing(self) -> bool:
+        return self._group.writing
+
+    @property
+    def _waiting(self) -> list[Any]:
+        return self._group.waiting
+
     # -- file ----------------------------------------------------------------------------
 
-    def _commit(self, records: list[dict[str, Any]], apply: Callable[[bool], None]) -> None:
-        """Write `records` durably, sharing one write and fsync with whatever other threads commit
-        meanwhile (group commit); raise `JournalError` if that write failed. Called with the lock.
+    def _append(self, data: bytes) -> None:
+        """The group commit's write: no compaction swaps the file while it runs."""
+        file = self._file
+        if file is None:
+            raise JournalError(5, "journal is not open")
+        file.append(data)
 
-        The first waiting thread writes for all of them (the leader), the lock let go during its
-        write and fsync so that others can queue theirs for the next one. Before it hands the lead
-        on, it runs each commit's `apply(written)` under the lock, in order: the memory always
-        holds what the file does before anyone can compact it, and the file is never swapped
-        while a write is under way.
-        """
-        # Encoded here: whatever that raises is this caller's alone.
-        data = b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in records)
-        mine = _Commit(data, len(records), apply)
-        self._waiting.append(mine)
-        while not mine.done:
-            if self._writing:
-                self._written.wait()
-                continue
-            batch, self._waiting = self._waiting, []
-            self._writing = True
-            file, error = self._file, None
-            self._lock.release()
-            try:
-                if file is None:
-                    raise JournalError(5, "journal is not open")
-                file.append(b"".join(c.data for c in batch))
-            except OSError as exc:
-                error = exc
-            finally:
-                self._lock.acquire()
-                self._writing = False
-            self._settle(batch, error)
-        if mine.error is not None:
-            raise mine.error
-
-    def _settle(self, batch: list[_Commit], error: OSError | None) -> None:
-        """After a write: tell each commit of `batch` how it went; wake the others. With the lock."""
-        failure = None
+    def _written(self, records: int, error: OSError | None) -> JournalError | None:
+        """After a group commit's write: the error its callers raise (None: it held)."""
         if error is None:
-            self._appended += sum(c.records for c in batch)
+            self._appended += records
             self._recovered()
-        else:
-            if not isinstance(error, JournalError):
-                self._failed(error)
-            failure = error if isinstance(error, JournalError) else JournalError(
-                error.errno or 5, f"cannot write the journal: {error.strerror or error}")
-        for commit in batch:
-            commit.error = failure
-            try:
-                commit.apply(failure is None)
-            except Exception:  # every waiter must be woken, whatever one of them does
-                log.exception("journal: applying a written record failed")
-            commit.done = True
-        self._written.notify_all()
+            return None
+        if isinstance(error, JournalError):
+            return error
+        self._failed(error)
+        return JournalError(error.errno or 5, f"cannot write the journal: {error.strerror or error}")
 
     def _compact_if_due(self) -> None:
         """Compact when something is in memory only, or the file has grown; never during a write."""
-        if (self._behind or self._appended > len(self._entries) + 1000) and not self._writing:
+        if (self._behind or self._appended > len(self._entries) + 1000) and not self._group.writing:
             self._compact()
 
     def _failed(self, exc: OSError) -> None:
@@ -361,72 +298,14 @@ class Journal:
             except Exception:
                 log.exception("journal error observer failed")
 
-    def _replay(self) -> None:
-        self._entries.clear()
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return
-        if data and not data.endswith(b"\n"):
-            # A record torn by a crash: cut it off (that needs no free space), so nothing
-            # appended later can land on the same line even if compaction cannot run.
-            os.truncate(self.path, data.rfind(b"\n") + 1)
-        lines = data.split(b"\n")
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                self._apply(json.loads(line))
-            except (ValueError, KeyError, TypeError) as exc:
-                torn = number >= len(lines) - 1
-                log.warning("journal %s line %d %s: %s", self.path, number,
-                            "torn by a crash, dropped" if torn else "unreadable, skipped", exc)
-
-    def _apply(self, rec: dict[str, Any]) -> None:
-        op = rec["op"]
-        ts = float(rec["ts"])
-        if op == "accept":
-            ann = Announcement.from_json(rec["a"])
-            self._entries[ann.id] = Entry("queued", ts, ann)
-        elif op == "seen":
-            self._entries[rec["id"]] = Entry(rec["state"], ts, None, extra=rec.get("extra", {}))
-        else:
-            entry = self._entries[rec["id"]]
-            entry.ts = ts
-            if op == "start":
-                entry.state = "speaking"
-            elif op == "requeue":
-                entry.state, entry.resume = "queued", int(rec["resume"])
-                entry.spent_s = float(rec.get("spent_s", 0.0))  # absent in older journals
-            elif op == "finish":
-                entry.state, entry.announcement = rec["state"], None
-                entry.extra = {k: rec[k] for k in ("engine", "error", "truncated", "played") if k in rec}
-                self._entries.move_to_end(rec["id"])
-            else:
-                raise ValueError(f"unknown op {op!r}")
-
     def _compact(self) -> bool:
         """Rewrite the file from memory: the new file first, then the swap. False if it failed
         (the old file stays open and usable; no new try for `COMPACT_RETRY_S`)."""
         if time.monotonic() < self._compact_after:
             return False
-        self._forget_old()
-        lines = []
-        for ann_id, e in self._entries.items():
-            if e.state in FINAL_STATES or e.announcement is None:
-                rec: dict[str, Any] = {"op": "seen", "id": ann_id, "state": e.state, "ts": e.ts}
-                if e.extra:
-                    rec["extra"] = e.extra
-                lines.append(rec)
-            else:
-                ann = e.announcement
-                lines.append({"op": "accept", "a": ann.to_json(), "ts": ann.received_at})
-                if e.resume or e.spent_s:
-                    lines.append({"op": "requeue", "id": ann_id, "resume": e.resume,
-                                  "spent_s": round(e.spent_s, 3), "ts": e.ts})
-        body = b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in lines)
+        forget_old(self._entries, self.settings, self._clock())
         try:
-            atomic_write(self.path, body)
+            atomic_write(self.path, compacted(self._entries))
             new = self._open_file(self.path)
         except OSError as exc:
             self._compact_after = time.monotonic() + COMPACT_RETRY_S
@@ -439,13 +318,3 @@ class Journal:
         self._behind = False
         self._recovered()
         return True
-
-    def _forget_old(self) -> None:
-        limit_ts = self._clock() - self.settings.dedupe_max_age_days * 86400
-        finished = [k for k, e in self._entries.items() if e.state in FINAL_STATES]
-        excess = len(self._entries) - self.settings.dedupe_max_ids
-        for ann_id in finished:  # oldest first: finishing moves an id to the end
-            entry = self._entries[ann_id]
-            if excess > 0 or entry.ts < limit_ts:
-                del self._entries[ann_id]
-                excess -= 1

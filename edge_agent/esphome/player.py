@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edge_agent.audio.frames import Samples
+from edge_agent.audio.holds import Hold, Holds
 from edge_agent.audio.sinks import Sink
 from edge_agent.errors import AudioError
 
@@ -84,14 +85,12 @@ class TrackPlayer:
         self.open_sink = open_sink
         self.volume = volume
         self.muted = muted
-        self.duck_level = duck_level
         self.block_us = round(block_ms * 1000)
         self.on_change = on_change
         """Told when the state (idle, playing, paused) changes."""
         self.track: Track | None = None
         self.stats = PlayerStats()
-        self._ducks: set[str] = set()
-        self._pauses: set[str] = set()
+        self._holds = Holds(duck_level)
         self._cond = threading.Condition()
         self._level = 0.0
         self._stop = False
@@ -115,12 +114,12 @@ class TrackPlayer:
         with self._cond:
             if self.track is None:
                 return "idle"
-            return "paused" if self._pauses else "playing"
+            return "paused" if self._holds.paused else "playing"
 
     @property
     def ducked(self) -> bool:
         with self._cond:
-            return bool(self._ducks)
+            return self._holds.ducked
 
     # -- Home Assistant's commands ----------------------------------------------------------
 
@@ -129,7 +128,7 @@ class TrackPlayer:
         pause is over (a new track plays), the daemon's cues still hold."""
         with self._cond:
             old, self.track = self.track, track
-            self._pauses.discard(HOME_ASSISTANT)
+            self._holds.hold("paused", HOME_ASSISTANT, on=False)
             self._cond.notify_all()
         log.info("esphome: playing %.1f s of media", len(track.samples) / track.rate,
                  extra={"stream": track.id})
@@ -140,7 +139,7 @@ class TrackPlayer:
     def stop(self) -> None:
         with self._cond:
             old, self.track = self.track, None
-            self._pauses.discard(HOME_ASSISTANT)
+            self._holds.hold("paused", HOME_ASSISTANT, on=False)
             self._cond.notify_all()
         if old is not None:
             log.info("esphome: media stopped", extra={"stream": old.id})
@@ -151,50 +150,40 @@ class TrackPlayer:
 
     def duck(self, reason: str = "speech") -> None:
         """Lower the track to `duck_level` until `restore(reason)` (several reasons nest)."""
-        self._cue(self._ducks, reason, add=True)
+        self._cue("ducked", reason, on=True)
 
     def restore(self, reason: str = "speech") -> None:
-        self._cue(self._ducks, reason, add=False)
+        self._cue("ducked", reason, on=False)
 
     def pause(self, reason: str = HOME_ASSISTANT) -> None:
         """Hold the track where it is until `resume(reason)` (several reasons nest)."""
-        self._cue(self._pauses, reason, add=True)
+        self._cue("paused", reason, on=True)
 
     def resume(self, reason: str = HOME_ASSISTANT) -> None:
-        self._cue(self._pauses, reason, add=False)
+        self._cue("paused", reason, on=False)
 
-    def _cue(self, held: set[str], reason: str, *, add: bool) -> None:
+    def _cue(self, what: Hold, reason: str, *, on: bool) -> None:
         with self._cond:
-            before = bool(held)
-            if add:
-                held.add(reason)
-            else:
-                held.discard(reason)
-            after = bool(held)
+            change = self._holds.hold(what, reason, on=on)
             self._cond.notify_all()
-        if before != after:
-            what = "paused" if held is self._pauses else "ducked"
-            log.info("esphome: media %s (%s)", what if after else f"no longer {what}", reason)
-            if held is self._pauses:
+        if change is not None:
+            log.info("esphome: media %s (%s)", change, reason)
+            if what == "paused":
                 self.on_change()
 
     def gain(self) -> float:
         """The track's gain now: volume, mute, pause, ducking."""
+        # The controls are read outside the lock: they are the daemon's, with locks of their own.
+        level = 0.0 if self.muted() else min(1.0, max(0.0, float(self.volume())))
         with self._cond:
-            if self._pauses:
-                return 0.0
-            ducked = bool(self._ducks)
-        if self.muted():
-            return 0.0
-        level = min(1.0, max(0.0, float(self.volume())))
-        return level * self.duck_level if ducked else level
+            return self._holds.gain(level)
 
     # -- the thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._stop and (self.track is None or self._pauses):
+                while not self._stop and (self.track is None or self._holds.paused):
                     self._cond.wait()
                 if self._stop:
                     return
@@ -226,7 +215,7 @@ class TrackPlayer:
                     if self.track is not track:
                         why = "stopped"
                         break
-                    if self._pauses and self._level == 0.0:
+                    if self._holds.paused and self._level == 0.0:
                         why = "paused"
                         break
                     samples = track.samples[track.position:track.position + block]

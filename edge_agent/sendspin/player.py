@@ -1,16 +1,15 @@
 """The Sendspin player: Music Assistant connects, streams timestamped audio, and it plays in sync.
 
 Server-initiated, as Music Assistant expects: the player listens for the server's WebSocket
-(`sendspin.port`, path `sendspin.path`) and advertises `_sendspin._tcp.local.` with the path
-in its TXT record. `aiosendspin`'s client does the protocol (handshake, clock sync against
-the server, stream and command messages); this module does the rest: decode each chunk onto
-the stream's timeline (`timeline`), play it out against the clock (`playout`), apply volume,
-mute, ducking and pause, and keep the device's shared volume and mute in step.
+and advertises itself (`endpoint`). `aiosendspin`'s client does the protocol (handshake, clock
+sync against the server, stream and command messages); this module does the rest: decode each
+chunk onto the stream's timeline (`timeline`), play it out against the clock (`playout`), apply
+volume, mute, ducking and pause and keep the device's shared volume and mute in step (`level`).
 
-What a server sends is bounded here: a format that cannot be decoded is refused (one log line,
-`unsupported format` in the status, its chunks dropped), chunks beyond `max_buffer_s` or
-`max_ahead_s` are dropped and counted, a stream that stalls closes the output, and a flood of
-volume commands changes the music at once but the shared volume at most every `SAVE_EVERY_S`.
+What a server sends is bounded: a format that cannot be decoded is refused and chunks beyond
+`max_buffer_s` or `max_ahead_s` are dropped and counted (`intake`), a stream that stalls closes the
+output, and a flood of volume commands changes the music at once but the shared volume at most
+every `SAVE_EVERY_S`.
 Nothing here touches the announcement path: it only reads the device's controls.
 """
 
@@ -19,63 +18,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from edge_agent.atomic import atomic_write
-from edge_agent.mdns import Advertisement, label
-from edge_agent.sendspin.playout import Playout, SinkFactory, Stream
+from edge_agent.sendspin.endpoint import BUFFER_CAPACITY_BYTES, Endpoint
+from edge_agent.sendspin.intake import Clock, Intake
+from edge_agent.sendspin.level import LocalControls, MusicControls, MusicLevel
+from edge_agent.sendspin.playout import Playout, SinkFactory
 from edge_agent.sendspin.settings import SendspinSettings
-from edge_agent.sendspin.timeline import StreamFormat, Timeline, UnsupportedFormat
-
-if TYPE_CHECKING:
-    from aiohttp import web
+from edge_agent.sendspin.timeline import StreamFormat
 
 log = logging.getLogger(__name__)
 
-SERVICE_TYPE = "_sendspin._tcp.local."
 IDENTITY_FILE = "sendspin-identity.key"
 PAIRING_FILE = "sendspin-pairing.json"
 OFFERED_RATES = (48000, 44100)
 """PCM rates offered to the server, preferred first; each in 16 and 24 bits, stereo and mono."""
 SAVE_EVERY_S = 0.5
 """The shared volume and mute follow the server's commands at most this often (the last wins)."""
-BUFFER_CAPACITY_BYTES = 1_048_576
-"""What the hello tells the server we buffer (it sends no further ahead than fits)."""
-
-
-class MusicControls(Protocol):
-    """The device's shared volume and mute (`controls.Controls`; `controls.ControlState` on disk)."""
-
-    def volume(self) -> float: ...
-
-    def set_volume(self, volume: float) -> None: ...
-
-    def media_muted(self) -> bool: ...
-
-    def set_media_muted(self, muted: bool) -> None: ...
-
-
-class LocalControls:
-    """Volume and mute held here alone (a player without a daemon: tests, the benchmark)."""
-
-    def __init__(self, volume: float = 1.0, muted: bool = False) -> None:
-        self._volume, self._muted = volume, muted
-
-    def volume(self) -> float:
-        return self._volume
-
-    def set_volume(self, volume: float) -> None:
-        self._volume = volume
-
-    def media_muted(self) -> bool:
-        return self._muted
-
-    def set_media_muted(self, muted: bool) -> None:
-        self._muted = muted
 
 
 def sendspin_missing() -> str | None:
@@ -101,31 +64,34 @@ class SendspinPlayer:
         self.settings = settings
         self.name = settings.name or device_id
         self.state_dir = state_dir
-        self.controls: MusicControls = controls or LocalControls()
+        self.level = MusicLevel(controls or LocalControls(), settings.duck_level)
         self.on_status = on_status or (lambda: None)
-        self._volume = _percent(self.controls.volume())
-        self._muted = self.controls.media_muted()
-        self._ducks: set[str] = set()
-        self._pauses: set[str] = set()
-        self._flags = threading.Lock()
         self.state = "idle"
         """idle (no server), connected, playing, stalled, unsupported format, output failed."""
         self.error: str | None = None
-        self.server: str | None = None
-        self.streams = 0
         self.commands = 0
         self.playout = Playout(open_sink, now_us, self.gain, block_ms=settings.block_ms,
                                stall_s=settings.stall_s, on_state=self._output_state)
+        self.intake = Intake(settings, self.playout, self._set_state)
+        self.endpoint = Endpoint(settings, self.name)
         self._client: Any = None
-        self._runner: web.AppRunner | None = None
-        self._advert: Advertisement | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._save_handle: asyncio.TimerHandle | None = None
-        self._connections: set[asyncio.Task[None]] = set()
-        self._refused: StreamFormat | None = None
-        """The format of the stream refused last: its chunks are dropped without a word."""
         self._state_pending = False
-        self.port = settings.port
+
+    @property
+    def controls(self) -> MusicControls:
+        """The device's shared volume and mute, which the music follows and keeps in step."""
+        return self.level.controls
+
+    @controls.setter
+    def controls(self, controls: MusicControls) -> None:
+        self.level.controls = controls
+
+    @property
+    def port(self) -> int:
+        """The port the player listens on (the one chosen, once started on port 0)."""
+        return self.endpoint.port
 
     @property
     def client_id(self) -> str | None:
@@ -137,60 +103,39 @@ class SendspinPlayer:
         """A server holds the player."""
         return self._client is not None and bool(self._client.connected)
 
-    # -- what the daemon calls -------------------------------------------------------------------
+    # -- what the daemon calls (`sendspin.cues.Music`) -------------------------------------------
 
     def duck(self, reason: str = "speech") -> None:
         """Lower the music to `duck_level` until `restore(reason)` (several reasons nest)."""
-        self._cue(self._ducks, reason, add=True, what="ducked")
+        self.level.cue("ducked", reason, on=True)
 
     def restore(self, reason: str = "speech") -> None:
-        self._cue(self._ducks, reason, add=False, what="ducked")
+        self.level.cue("ducked", reason, on=False)
 
     def pause(self, reason: str = "turn") -> None:
         """Silence the music here until `resume(reason)`; the group's timeline runs on, so it comes
         back in sync."""
-        self._cue(self._pauses, reason, add=True, what="paused")
+        self.level.cue("paused", reason, on=True)
 
     def resume(self, reason: str = "turn") -> None:
-        self._cue(self._pauses, reason, add=False, what="paused")
-
-    def _cue(self, held: set[str], reason: str, *, add: bool, what: str) -> None:
-        with self._flags:
-            before = bool(held)
-            if add:
-                held.add(reason)
-            else:
-                held.discard(reason)
-            after = bool(held)
-        if before != after:
-            log.info("sendspin: music %s (%s)", what if after else f"no longer {what}", reason)
+        self.level.cue("paused", reason, on=False)
 
     def gain(self) -> float:
         """The music's gain now: volume (Sendspin's perceived curve), mute, pause, ducking."""
-        with self._flags:
-            if self._muted or self._pauses:
-                return 0.0
-            level = float((self._volume / 100.0) ** 1.5)
-            return level * self.settings.duck_level if self._ducks else level
+        return self.level.gain()
 
     def controls_changed(self) -> None:
         """The shared volume or mute changed elsewhere (Home Assistant, MQTT, ESPHome; any thread):
         the music follows and the server is told."""
-        volume, muted = _percent(self.controls.volume()), self.controls.media_muted()
-        with self._flags:
-            changed = (volume, muted) != (self._volume, self._muted)
-            self._volume, self._muted = volume, muted
-        if changed and self._loop is not None:
+        if self.level.follow_controls() and self._loop is not None:
             self._loop.call_soon_threadsafe(self._send_state)
 
     def status(self) -> dict[str, Any]:
         """For the device's status topic."""
         state = "connected" if self.state == "idle" and self.connected else self.state
-        with self._flags:
-            doc: dict[str, Any] = {"state": state, "volume": self._volume, "muted": self._muted,
-                                   "ducked": bool(self._ducks), "paused": bool(self._pauses)}
-        if self.server is not None:
-            doc["server"] = self.server
+        doc: dict[str, Any] = {"state": state, **self.level.status()}
+        if self.intake.server is not None:
+            doc["server"] = self.intake.server
         if self.error is not None:
             doc["error"] = self.error
         stream = self.playout.stream
@@ -204,7 +149,6 @@ class SendspinPlayer:
 
     async def start(self) -> None:
         """Listen for the server, advertise, start the playout; `OSError` if the port is taken."""
-        from aiohttp import web
         from aiosendspin.client import SendspinClient
         from aiosendspin.models.core import DeviceInfo
         from aiosendspin.models.types import PlayerCommand, Roles
@@ -216,12 +160,13 @@ class SendspinPlayer:
         store = await FileClientPairingStore.open(self.state_dir / PAIRING_FILE)
         from edge_agent import __version__
 
+        volume, muted = self.level.state()
         self._client = SendspinClient(
             identity, self.name, [Roles.PLAYER], pairing_store=store,
             device_info=DeviceInfo(product_name="edge-speech", manufacturer="edge-speech",
                                    software_version=__version__),
             player_support=_player_support(), output_delay_ms=self.settings.output_delay_ms,
-            initial_volume=self._volume, initial_muted=self._muted,
+            initial_volume=volume, initial_muted=muted,
             state_supported_commands=[PlayerCommand.VOLUME, PlayerCommand.MUTE],
         )
         # A speaker on the home network plays for the home's server, as Home Assistant's Voice
@@ -233,69 +178,24 @@ class SendspinPlayer:
         self._client.add_stream_clear_listener(self._on_stream_clear)
         self._client.add_server_command_listener(self._on_command)
         self._client.add_disconnect_listener(self._on_disconnect)
-        app = web.Application()
-        app.router.add_get(self.settings.path, self._serve)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
-        try:
-            await site.start()
-        except OSError:
-            await self._runner.cleanup()
-            raise
-        if self._runner.addresses:
-            self.port = int(self._runner.addresses[0][1])
+        await self.endpoint.listen(self._client.attach_websocket)
         self.playout.start()
         log.info("sendspin: player %r listening on %s:%d%s", self.name, self.settings.host, self.port,
                  self.settings.path)
         if self.settings.zeroconf:
-            advert = Advertisement(SERVICE_TYPE, self.name, self.settings.host, self.port,
-                                   {"path": self.settings.path, "name": self.name},
-                                   hostname=f"{label(self.name)}.local.")
-            try:
-                await advert.start()
-                self._advert = advert
-            except Exception as exc:  # Music Assistant can still add it by address
-                log.warning("sendspin: zeroconf advertisement failed (%s); add ws://<address>:%d%s "
-                            "in Music Assistant", exc, self.port, self.settings.path)
+            await self.endpoint.advertise()
 
     async def stop(self) -> None:
-        advert, self._advert = self._advert, None
-        if advert is not None:
-            await advert.stop()
+        await self.endpoint.withdraw()
         if self._client is not None:
             try:
                 await asyncio.wait_for(self._client.disconnect(), 5.0)
             except Exception as exc:  # a server that is gone cannot be told goodbye
                 log.debug("sendspin: goodbye failed: %s", exc)
-        for task in list(self._connections):
-            task.cancel()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self.endpoint.close()
         if self._save_handle is not None:
             self._save_handle.cancel()
         await asyncio.to_thread(self.playout.stop)
-
-    async def _serve(self, request: web.Request) -> web.WebSocketResponse:
-        from aiohttp import web
-
-        ws = web.WebSocketResponse(heartbeat=30, max_msg_size=BUFFER_CAPACITY_BYTES)
-        await ws.prepare(request)
-        task = asyncio.current_task()
-        if task is not None:
-            self._connections.add(task)
-        log.info("sendspin: server connecting from %s", request.remote)
-        try:
-            await self._client.attach_websocket(ws)
-        except Exception as exc:  # a broken peer must not take the listener down
-            log.warning("sendspin: connection from %s failed: %s", request.remote, exc)
-        finally:
-            if task is not None:
-                self._connections.discard(task)
-            if not ws.closed:
-                await ws.close()
-        return ws
 
     # -- protocol events (on the loop) ------------------------------------------------------------
 
@@ -304,121 +204,45 @@ class SendspinPlayer:
         if player is None:
             return
         info = self._client.server_info
-        self.server = getattr(info, "name", None) or getattr(info, "server_id", None)
-        self._begin(StreamFormat(str(player.codec.value), player.sample_rate, player.channels,
-                                 player.bit_depth))
-
-    def _begin(self, fmt: StreamFormat) -> Stream | None:
-        """A new stream in `fmt` (or the same stream in a new format): its own timeline."""
-        self.streams += 1
-        stream_id = str(self.streams)
-        try:
-            fmt.check()
-        except UnsupportedFormat as exc:
-            self._refused = fmt
-            self._set_state("unsupported format", f"stream {stream_id}: {exc}")
-            log.error("sendspin: the server sent a stream we cannot play: %s; it is ignored until "
-                      "the next stream", exc, extra={"stream": stream_id})
-            self.playout.set_stream(None)
-            return None
-        self._refused = None
-        max_samples = round(self.settings.max_buffer_s * fmt.rate)
-        stream = Stream(stream_id, fmt, Timeline(fmt.rate, max_samples),
-                        to_server=self._client.compute_server_time,
-                        to_local=self._client.compute_play_time)
-        log.info("sendspin: stream %s from %s: %s %d Hz, %d ch, %d bit", stream_id, self.server,
-                 fmt.codec, fmt.rate, fmt.channels, fmt.bit_depth, extra={"stream": stream_id})
-        self.playout.set_stream(stream)
-        self._set_state("connected", None)
-        return stream
+        self.intake.server = getattr(info, "name", None) or getattr(info, "server_id", None)
+        self.intake.begin(StreamFormat(str(player.codec.value), player.sample_rate, player.channels,
+                                       player.bit_depth), *self._clocks())
 
     def _on_chunk(self, server_us: int, payload: bytes, fmt: Any, _send_ahead: int) -> None:
         pcm = fmt.pcm_format
         arrived = StreamFormat(str(fmt.codec.value), pcm.sample_rate, pcm.channels, pcm.bit_depth)
-        stream = self.playout.stream
-        if arrived == self._refused:
-            return  # a stream we cannot play: dropped, said once
-        if stream is None or arrived != stream.format:  # a format change mid-stream starts afresh
-            stream = self._begin(arrived)
-            if stream is None:
-                return
-        samples = stream.format.decode(payload)
-        max_ahead = round(self.settings.max_ahead_s * stream.format.rate)
-        with self.playout.lock:
-            if self.playout.stream is not stream:
-                return
-            outcome = stream.timeline.push(server_us, samples, stream.cursor, max_ahead)
-            stream.last_chunk_us = now_us()
-            self.playout.wake()
-        if outcome == "ahead" and stream.timeline.stats.ahead in (1, 100, 10000):
-            log.warning("sendspin: chunk %.1f s ahead of the output refused (%d so far): the server's "
-                        "clock jumped?", (stream.timeline.index(server_us) - (stream.cursor or 0))
-                        / stream.format.rate, stream.timeline.stats.ahead, extra={"stream": stream.id})
-        elif outcome == "overflow" and stream.timeline.stats.overflow in (1, 100, 10000):
-            log.warning("sendspin: buffer full (%.1f s); chunk dropped (%d so far)",
-                        self.settings.max_buffer_s, stream.timeline.stats.overflow,
-                        extra={"stream": stream.id})
+        self.intake.chunk(server_us, payload, arrived, *self._clocks())
+
+    def _clocks(self) -> tuple[Clock, Clock]:
+        """The client's conversions: local to server time, and server to local play time."""
+        return self._client.compute_server_time, self._client.compute_play_time
 
     def _on_stream_end(self, roles: list[str] | None) -> None:
-        if roles is not None and "player" not in roles:
-            return
-        stream = self.playout.stream
-        if stream is not None:
-            log.info("sendspin: stream %s ended (%d chunks, %d late, %d refused, %d dropped)", stream.id,
-                     stream.timeline.stats.chunks, stream.timeline.stats.late, stream.timeline.stats.ahead,
-                     stream.timeline.stats.overflow, extra={"stream": stream.id})
-        self._refused = None
-        self.playout.set_stream(None)
-        self._set_state("connected", None)
+        if roles is None or "player" in roles:
+            self.intake.end()
 
     def _on_stream_clear(self, roles: list[str] | None) -> None:
-        if roles is not None and "player" not in roles:
-            return
-        stream = self.playout.stream
-        if stream is not None:
-            with self.playout.lock:
-                stream.timeline.clear()
+        if roles is None or "player" in roles:
+            self.intake.clear()
 
     def _on_disconnect(self) -> None:
-        if self.playout.stream is not None:
-            log.warning("sendspin: the server disconnected during a stream; the music stops, the device "
-                        "carries on", extra={"stream": self.playout.stream.id})
-        self._refused = None
-        self.playout.set_stream(None)
-        self._set_state("idle", None)
+        self.intake.disconnected()
 
     def _on_command(self, payload: Any) -> None:
         command = payload.player
         if command is None:
             return
         self.commands += 1
-        name = str(command.command.value)
-        with self._flags:
-            if name == "volume" and command.volume is not None:
-                self._volume = max(0, min(100, int(command.volume)))
-            elif name == "mute" and command.mute is not None:
-                self._muted = bool(command.mute)
-            else:
-                return
+        if not self.level.command(str(command.command.value), command.volume, command.mute):
+            return
         self._send_state()
         if self._save_handle is None and self._loop is not None:  # a flood is one save, the last word
             self._save_handle = self._loop.call_later(SAVE_EVERY_S, self._save_controls)
 
     def _save_controls(self) -> None:
         self._save_handle = None
-        with self._flags:
-            volume, muted = self._volume, self._muted
-        loop = self._loop
-        if loop is None:
-            return
-
-        def save() -> None:
-            if _percent(self.controls.volume()) != volume:
-                self.controls.set_volume(volume / 100.0)
-            if self.controls.media_muted() != muted:
-                self.controls.set_media_muted(muted)
-
-        loop.run_in_executor(None, save)
+        if self._loop is not None:
+            self._loop.run_in_executor(None, self.level.save, *self.level.state())
 
     def _send_state(self) -> None:
         """Tell the server the volume and mute; a flood of changes is one message with the last."""
@@ -429,8 +253,7 @@ class SendspinPlayer:
 
         async def send() -> None:
             self._state_pending = False  # a change from here on sends again
-            with self._flags:
-                volume, muted = self._volume, self._muted
+            volume, muted = self.level.state()
             try:
                 await client.send_player_state(available=True, volume=volume, muted=muted)
             except Exception as exc:  # the server left meanwhile
@@ -478,10 +301,6 @@ def load_identity(path: Path) -> Any:
     atomic_write(path, identity.private_bytes, step="sendspin-identity")
     os.chmod(path, 0o600)  # a private key: the owner's alone, whatever the umask
     return identity
-
-
-def _percent(volume: float) -> int:
-    return max(0, min(100, round(volume * 100)))
 
 
 def now_us() -> int:
