@@ -261,6 +261,21 @@ def test_below_the_wiring_no_module_imports_config():
             if name in below} == {}
 
 
+MAX_CLASS_LINES = 300
+"""A class longer than this holds several jobs: cut it into named units."""
+
+
+def test_no_class_holds_more_than_one_screenful_of_jobs():
+    long = {}
+    for name, path in modules(ROOT).items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_CLASS_LINES:
+                    long[f"{name}.{node.name}"] = lines
+    assert long == {}
+
+
 def test_one_listening_loop():
     """The hearing loop (`listen.loop`) is the only pump from audio to transcripts: asr recognises an
     utterance and drives nothing."""
