@@ -96,8 +96,12 @@ class Microphone:
         self.state = {"mode": mode, "state": "listening"}
         if mode == "wake":
             self.state["wake_words"] = list(settings.wake.models)
-        loop.hearing.stream_turns = self.streaming
-        source = loop.microphone.input
+        # The factory may hand another pump (tests and benchmarks do): only a hearing loop streams
+        # turns and has an input of its own to watch.
+        hears = isinstance(loop, HearingLoop)
+        if hears:
+            loop.hearing.stream_turns = self.streaming
+        source = loop.microphone.input if hears else None
         if isinstance(source, (CommandSource, PipeSource)):
             source.on_trouble = lambda problem: self._input_trouble(loop, problem)
         if self._muted():  # muted while the loop was being built: its input closes unheard
@@ -105,7 +109,7 @@ class Microphone:
             self.loop = None
             self.state = {"mode": mode, "state": "muted"}
             return
-        beamformer = loop.microphone.beamformer
+        beamformer = loop.microphone.beamformer if hears else None
         if beamformer is not None:
             beamformer.on_problem = lambda problem: self._input_channels(loop, problem)
             if beamformer.problem:
@@ -170,7 +174,7 @@ class Microphone:
 
     def end_turn(self, conversation_id: str) -> None:
         """Home Assistant has the command (or is gone): the hearing loop ends the streamed turn."""
-        if self.loop is not None:
+        if isinstance(self.loop, HearingLoop):
             self.loop.hearing.end_turn(conversation_id)
 
     # -- the input's health ---------------------------------------------------------------
