@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from edge_agent.asr.manifest import EXPORT_HINT
 from edge_agent.asr.transcriber import Transcriber
@@ -23,7 +24,6 @@ from edge_agent.listen.loop import HearingLoop, HearingModels, hearing_loop
 from edge_agent.listen.microphone import WakeFilter, open_microphone
 from edge_agent.models.catalog import load_catalog
 from edge_agent.models.store import ModelStore
-from edge_agent.offload.client import make_synthesizer
 from edge_agent.runtime.providers import for_use
 from edge_agent.tts.local import LocalSynthesizer
 from edge_agent.tts.registry import VoiceRegistry
@@ -31,12 +31,13 @@ from edge_agent.tts.voice import Synthesizer
 from edge_agent.vad import make_segmenter
 from edge_agent.wake.engine import WakeEngine
 from edge_agent.wake.models import WakeModelSpec, check_all
-from edge_agent.wyoming.satellite import SatelliteService
-from edge_agent.wyoming.service import WyomingService
-from edge_agent.wyoming.tts import TtsService
-from edge_agent.wyoming.wake import WakeService
+
+if TYPE_CHECKING:
+    from edge_agent.wyoming.satellite import SatelliteService
+    from edge_agent.wyoming.service import WyomingService
 
 log = logging.getLogger(__name__)
+
 
 def model_store(settings: Settings) -> ModelStore:
     """The model cache and catalog `models.*` name."""
@@ -52,6 +53,10 @@ def local_synthesizer(settings: Settings) -> LocalSynthesizer:
 def routed_synthesizer(settings: Settings) -> Synthesizer:
     """The offload router: the server's voice when `offload` says so and it is healthy, the local
     voice otherwise (sentence by sentence, each spoken once)."""
+    # The offload client (asyncio streams, TLS, the protocol) only for a verb that may speak
+    # remotely: `listen` and `transcribe` take this module too and never pay for it.
+    from edge_agent.offload.client import make_synthesizer
+
     return make_synthesizer(settings.offload, local_synthesizer(settings))
 
 
@@ -86,6 +91,10 @@ def wyoming_service(settings: Settings, synth: Callable[[], Synthesizer], transc
                     satellite: SatelliteService | None = None) -> WyomingService:
     """The Wyoming endpoints, handed the voice (read at each request: a reload replaces it), Whisper
     and the checked wake models."""
+    from edge_agent.wyoming.service import WyomingService
+    from edge_agent.wyoming.tts import TtsService
+    from edge_agent.wyoming.wake import WakeService
+
     wyoming = settings.wyoming
     tts = TtsService(synth, wyoming, settings.tts.voice, settings.offload.voice)
     wake_service = WakeService(wake, wyoming, settings.wake.refractory_s) if wake is not None else None

@@ -44,7 +44,7 @@ torch in (openai-whisper's `whisper`, the `silero_vad` package; the runtime read
 FLOORS = (
     ("edge_agent", "errors", "homes", "faults", "atomic", "checks", "endpoints", "typedtree", "safeyaml",
      "logs", "text", "audio", "device", "netclose", "mdns", "metrics", "controls", "runtime",
-     "threads"),
+     "threads", "lazy"),
     ("models",),
     ("vad", "wake", "asr", "tts"),
     ("listen", "announce", "offload", "fleet"),

@@ -1,30 +1,23 @@
-"""Voice activity detection: frame classifiers (webrtcvad, Silero) and the utterance segmenter."""
+"""Voice activity detection: frame classifiers (webrtcvad, Silero), the utterance segmenter and
+the configured pair (`factory`). The names below load on first use (`edge_agent.lazy`: `config`
+reads `vad.settings`)."""
 
 from __future__ import annotations
 
-from edge_agent.errors import ModelError
-from edge_agent.models.store import ModelStore
-from edge_agent.vad.classifiers import FrameClassifier, SileroClassifier, WebRtcClassifier
-from edge_agent.vad.segmenter import Segmenter, SegmenterStats, Utterance
-from edge_agent.vad.settings import VadSettings
+from typing import TYPE_CHECKING
 
-SILERO_MODEL = "silero-vad"
-"""Catalog id of the Silero VAD ONNX model."""
+from edge_agent.lazy import exports
 
-__all__ = ["FrameClassifier", "Segmenter", "SegmenterStats", "SileroClassifier", "Utterance",
+if TYPE_CHECKING:
+    from edge_agent.vad.classifiers import FrameClassifier, SileroClassifier, WebRtcClassifier
+    from edge_agent.vad.factory import SILERO_MODEL, make_classifier, make_segmenter
+    from edge_agent.vad.segmenter import Segmenter, SegmenterStats, Utterance
+
+__all__ = ["SILERO_MODEL", "FrameClassifier", "Segmenter", "SegmenterStats", "SileroClassifier", "Utterance",
            "WebRtcClassifier", "make_classifier", "make_segmenter"]
 
-
-def make_classifier(settings: VadSettings, store: ModelStore) -> FrameClassifier:
-    """The configured engine; Silero's model comes from the store (never from `silero_vad`)."""
-    if settings.engine == "silero":
-        files = store.locate(SILERO_MODEL)
-        if files is None:
-            raise ModelError(f"vad.engine is silero and its model is not present: run `edge-agent models "
-                             f"fetch {SILERO_MODEL}` (2.3 MB), or set vad.engine: webrtc")
-        return SileroClassifier.load(files.path("silero_vad.onnx"), settings.silero_threshold)
-    return WebRtcClassifier(settings.aggressiveness, settings.frame_ms)
-
-
-def make_segmenter(settings: VadSettings, store: ModelStore) -> Segmenter:
-    return Segmenter(make_classifier(settings, store), settings)
+__getattr__ = exports(__name__, {
+    "FrameClassifier": "classifiers", "SileroClassifier": "classifiers", "WebRtcClassifier": "classifiers",
+    "Segmenter": "segmenter", "SegmenterStats": "segmenter", "Utterance": "segmenter",
+    "SILERO_MODEL": "factory", "make_classifier": "factory", "make_segmenter": "factory",
+})
