@@ -41,7 +41,7 @@ from edge_agent.homeassistant.discovery import HaTopics
 from edge_agent.listen.loop import HearingLoop
 from edge_agent.listen.remote import RemoteRouter, RemoteTurns
 from edge_agent.listen.turn import Conversation, HearObserver
-from edge_agent.listener import HearingFactory, Microphone, hearing_loop
+from edge_agent.listener import HearingFactory, Listener, hearing_loop
 from edge_agent.metrics import Metrics
 from edge_agent.models import load_catalog
 from edge_agent.mqtt.bridge import Bridge
@@ -112,7 +112,7 @@ class Daemon:
         self.esphome: EsphomeService | None = None
         self.status = DeviceStatus(self._publish, lambda: self.topics, self.metrics,
                                    config_version=lambda: self.fleet.active.version)
-        self.mic = Microphone(listener_factory or functools.partial(hearing_loop, reference=self.reference),
+        self.mic = Listener(listener_factory or functools.partial(hearing_loop, reference=self.reference),
                               lambda: self.settings, self._mic_muted, self.status.online)
         """The hearing loop: started, muted, restarted, and its state on the status."""
         self.status.parts.update(

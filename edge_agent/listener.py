@@ -1,6 +1,6 @@
 """The daemon's microphone: the hearing loop started, muted, restarted and reported.
 
-`Microphone` owns the one `HearingLoop` the daemon runs (`loop`, None while it does not listen)
+`Listener` owns the one `HearingLoop` the daemon runs (`loop`, None while it does not listen)
 and what the status topic says about it (`state`: mode, state, error, wake words, channels). The
 loop's events go to the conversation turn; its input's trouble (a command that exits, a pipe that
 hears noise) and its beamformer's fallback come back here. Mute and restart run one at a time
@@ -45,7 +45,7 @@ def hearing_loop(settings: Settings, accept_wake: WakeFilter,
     return build_hearing(settings, model_store(settings), None, accept_wake, reference)
 
 
-class Microphone:
+class Listener:
     """The hearing loop as the daemon runs it."""
 
     def __init__(self, make: HearingFactory, settings: Callable[[], Settings], muted: Callable[[], bool],
