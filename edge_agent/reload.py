@@ -57,12 +57,13 @@ def with_wake_words(settings: Settings, wake_words: tuple[str, ...]) -> Settings
     return replace(settings, wake=replace(settings.wake, models=wake_words))
 
 
-def with_choices(settings: Settings, controls: Controls) -> Settings:
-    """`settings` with what the user chose at run time (volume, wake words) over the config's."""
+def with_choices(settings: Settings, controls: Controls, *, volume: bool = True) -> Settings:
+    """`settings` with what the user chose at run time (the wake words, and unless `volume` is
+    False the volume) over the config's."""
     state = controls.state
     if state.wake_words is not None:
         settings = with_wake_words(settings, state.wake_words)
-    return settings if state.volume is None else with_volume(settings, state.volume)
+    return settings if state.volume is None or not volume else with_volume(settings, state.volume)
 
 
 class FleetWorker:
@@ -114,8 +115,9 @@ class Reloader:
         """Reload the parts a config changes and check them; raise to make the fleet roll back."""
         new = self.source.build(active.layer)
         config_volume = new.audio.volume
-        if config_volume == self.controls.config_volume:  # else a new volume: the latest word wins
-            new = with_choices(new, self.controls)
+        # A config with a new volume replaces the user's (the latest word wins); the wake words
+        # the user chose stay whatever the config says.
+        new = with_choices(new, self.controls, volume=config_volume == self.controls.config_volume)
         old = self.current()
         changed = {f.name for f in dataclasses.fields(Settings)
                    if getattr(old, f.name) != getattr(new, f.name)}

@@ -287,3 +287,19 @@ def test_a_config_that_sets_the_volume_replaces_home_assistants_and_one_that_doe
     finally:
         running.stop()
     assert '"volume": null' in (tmp_path / "d" / "controls.json").read_text()
+
+
+def test_a_config_with_a_new_volume_keeps_the_wake_words_the_user_chose(
+        tmp_path: Path, broker: Any, everything: Watcher, producer: Producer) -> None:
+    overrides = {"daemon.state_dir": str(tmp_path / "d")}
+    running = InProcess(tmp_path, broker, overrides)
+    try:
+        running.daemon.controls.set_wake_words(["hey_jarvis"])
+        wait_until(lambda: running.daemon.settings.wake.models == ("hey_jarvis",),
+                   what="the chosen wake word")
+        producer.publish("edge/dev1/config", signed(3, {"audio": {"volume": 0.8}}))
+        everything.wait("edge/dev1/config/status", lambda d: d["version"] == 3 and d["state"] == "applied")
+        assert running.daemon.settings.audio.volume == 0.8  # the config's new volume
+        assert running.daemon.settings.wake.models == ("hey_jarvis",)  # and still the user's wake word
+    finally:
+        running.stop()
