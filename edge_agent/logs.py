@@ -1,4 +1,5 @@
-"""Logging set-up: plain lines on a terminal, one JSON object per line in the daemon."""
+"""Logging set-up and its settings section (`logging`): plain lines on a terminal, one JSON object
+per line in the daemon."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ class LoggingSettings:
     """Lowest level logged."""
     json: bool = False
     """One JSON object per line (the daemon's default under systemd)."""
+
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
