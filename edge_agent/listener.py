@@ -19,8 +19,8 @@ from edge_agent.audio.reference import PlaybackReference
 from edge_agent.audio.sources import CommandSource, PipeSource
 from edge_agent.config import Settings
 from edge_agent.errors import EdgeError
+from edge_agent.listen.hearing import WakeFilter
 from edge_agent.listen.loop import HearingLoop
-from edge_agent.listen.microphone import WakeFilter
 from edge_agent.listen.turn import Conversation
 from edge_agent.parts import asr_present, build_hearing, model_store
 from edge_agent.threads import in_own_thread

@@ -20,8 +20,9 @@ from edge_agent.audio.sources import AudioSource
 from edge_agent.config import Settings
 from edge_agent.errors import EdgeError, UsageError
 from edge_agent.listen.endofturn import load_end_of_turn
+from edge_agent.listen.hearing import WakeFilter
 from edge_agent.listen.loop import HearingLoop, HearingModels, hearing_loop
-from edge_agent.listen.microphone import WakeFilter, open_microphone
+from edge_agent.listen.microphone import open_microphone
 from edge_agent.models.catalog import load_catalog
 from edge_agent.models.store import ModelStore
 from edge_agent.runtime.providers import for_use

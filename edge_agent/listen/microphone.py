@@ -11,7 +11,6 @@ front end to find them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from edge_agent.audio.beamform import Beamformer
@@ -19,11 +18,10 @@ from edge_agent.audio.frontend import FrontEnd, FrontEndSource
 from edge_agent.audio.reference import PlaybackReference
 from edge_agent.audio.settings import AudioSettings
 from edge_agent.audio.sources import AudioSource, open_source
+from edge_agent.listen.hearing import WakeFilter
 from edge_agent.listen.ownvoice import OwnVoice
 from edge_agent.wake.engine import Detection
 from edge_agent.wake.settings import WakeSettings
-
-WakeFilter = Callable[[Detection], bool]
 
 
 @dataclass(frozen=True)

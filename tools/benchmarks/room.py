@@ -76,7 +76,8 @@ from edge_agent.commands.context import Context
 from edge_agent.config import Settings, WakeSettings
 from edge_agent.errors import EdgeError
 from edge_agent.listen import Heard, Hearing, TurnEnded, Woke
-from edge_agent.listen.microphone import WakeFilter, open_microphone
+from edge_agent.listen.hearing import WakeFilter
+from edge_agent.listen.microphone import open_microphone
 from edge_agent.listen.transcribing import Transcribing
 from edge_agent.text.wer import wer
 from edge_agent.vad import make_segmenter
