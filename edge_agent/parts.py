@@ -72,6 +72,12 @@ def load_transcriber(settings: Settings) -> Transcriber | None:
         log.warning("no speech to text: no ASR export in %s; %s",
                     resolve_export_dir(settings.asr, settings.models), EXPORT_HINT)
         return None
+    return whisper(settings)
+
+
+def whisper(settings: Settings) -> Transcriber:
+    """Whisper as configured (`asr.*`), on the providers `runtime.asr` gives it; a missing or broken
+    export is a `ModelError`."""
     model = WhisperOnnx.from_settings(settings.asr, settings.models,
                                       for_use(settings.runtime, "asr", settings.models.cache_dir))
     return Transcriber(model, settings.asr)
@@ -109,10 +115,9 @@ def load_hearing(settings: Settings, store: ModelStore) -> HearingModels:
     waking = settings.listen.mode == "wake"
     wake = WakeEngine.load(settings.wake) if waking else None
     segmenter = make_segmenter(settings.vad, store)
-    model = WhisperOnnx.from_settings(settings.asr, settings.models,
-                                      for_use(settings.runtime, "asr", settings.models.cache_dir))
+    transcriber = whisper(settings)
     end_of_turn = load_end_of_turn(settings.listen, store) if waking else None
-    return HearingModels(segmenter, Transcriber(model, settings.asr), wake, end_of_turn)
+    return HearingModels(segmenter, transcriber, wake, end_of_turn)
 
 
 def build_hearing(settings: Settings, store: ModelStore, source: AudioSource | None = None,
