@@ -60,8 +60,8 @@ class AudioSettings:
     """Bytes per sample of `input_command` / `input_pipe` audio: 1 (U8), 2 (S16_LE), 3 (S24_3LE),
     4 (S32_LE)."""
     input_channels: int = 1
-    """Channels of `input_command` / `input_pipe` audio: averaged to mono, or, with `mic_geometry`,
-    steered at the talker by the beamformer."""
+    """Channels to capture from the microphone (PortAudio), or of `input_command` / `input_pipe`
+    audio: averaged to mono, or, with `mic_geometry`, steered at the talker by the beamformer."""
     mic_geometry: str | None = None
     """Where the microphones of a multi-channel input are, in channel order: a preset
     (`respeaker_2mic`: 58 mm apart; `respeaker_4mic`: the 4-Mic Pi HAT, a 40.5 mm-radius circle;

@@ -734,11 +734,16 @@ def open_source(audio: AudioSettings) -> AudioSource:
         return PipeSource(audio.input_pipe, *fmt, mic_geometry=geometry, beamformer=method)
     if audio.input_file is not None:
         return WavFileSource(audio.input_file, mic_geometry=geometry, beamformer=method)
-    return SoundDeviceSource(audio.input_device)
+    return SoundDeviceSource(audio.input_device, channels=audio.input_channels, mic_geometry=geometry,
+                             beamformer=method)
 
 
 class SoundDeviceSource:
     """A microphone through PortAudio, resampled to 16 kHz when the card runs at another rate.
+
+    With `channels` > 1 (a 2- or 4-microphone board) every channel is captured and goes through the
+    same `PcmConverter` as a pipe's or a file's: averaged, or steered by the beamformer where a
+    geometry is set (with its fallback to the best channel).
 
     The PortAudio callback only copies blocks into a bounded queue; when the
     consumer falls behind by more than `queue_s` seconds the oldest audio is
@@ -748,34 +753,42 @@ class SoundDeviceSource:
     live = True
     sample_rate = TARGET_RATE
 
-    def __init__(self, device: str | None = None, block_s: float = 0.03, queue_s: float = 10.0) -> None:
+    def __init__(self, device: str | None = None, block_s: float = 0.03, queue_s: float = 10.0, *,
+                 channels: int = 1, mic_geometry: str | None = None, beamformer: str = "superdirective",
+                 ) -> None:
         sd = import_sounddevice()
         self.overflows = 0
         self._closed = threading.Event()
         dev: int | str | None = int(device) if device and device.isdigit() else device
         try:
             info = sd.query_devices(dev, "input")
+            if int(info.get("max_input_channels", channels)) < channels:
+                raise AudioUnavailable(f"no usable microphone ({info.get('name', device)} has "
+                                       f"{info.get('max_input_channels')} input channels, "
+                                       f"audio.input_channels asks for {channels})")
             rate = TARGET_RATE
             try:
-                sd.check_input_settings(device=dev, samplerate=rate, channels=1, dtype="float32")
+                sd.check_input_settings(device=dev, samplerate=rate, channels=channels, dtype="int16")
             except Exception:  # the card cannot capture at 16 kHz: capture at its own rate
                 rate = int(info["default_samplerate"])
             self._rate = rate
             blocksize = max(1, round(block_s * rate))
-            self._queue: queue.Queue[Samples] = queue.Queue(maxsize=max(1, round(queue_s / block_s)))
-            self._stream = sd.InputStream(samplerate=rate, channels=1, dtype="float32", device=dev,
-                                          blocksize=blocksize, callback=self._callback)
+            self._queue: queue.Queue[bytes] = queue.Queue(maxsize=max(1, round(queue_s / block_s)))
+            self._stream = sd.RawInputStream(samplerate=rate, channels=channels, dtype="int16", device=dev,
+                                             blocksize=blocksize, callback=self._callback)
             self._stream.start()
         except sd.PortAudioError as exc:
             raise AudioUnavailable(f"no usable microphone ({_first_line(exc)})") from None
         except ValueError as exc:  # no such device, or no input device at all
             raise AudioUnavailable(f"no usable microphone ({exc})") from None
-        self._resampler = StreamResampler(rate, TARGET_RATE)
         self.device_name = str(info.get("name", device))
-        log.info("listening on %s at %d Hz", self.device_name, rate)
+        self.channels = channels
+        self.mixer = make_mixer(mic_geometry, channels, rate, beamformer)
+        self._convert = PcmConverter(rate, channels, 2, self.device_name, mixer=self.mixer)
+        log.info("listening on %s at %d Hz, %d channel(s)", self.device_name, rate, channels)
 
     def _callback(self, indata: Any, frames: int, time_info: Any, status: Any) -> None:
-        block = np.array(indata[:, 0], dtype=np.float32)
+        block = bytes(indata)
         try:
             self._queue.put_nowait(block)
         except queue.Full:
@@ -792,7 +805,7 @@ class SoundDeviceSource:
                 block = self._queue.get(timeout=0.1)
             except queue.Empty:
                 continue
-            out = self._resampler.push(block)
+            out = self._convert.push(block)
             if out.size:
                 yield out
 
