@@ -1,9 +1,19 @@
 """`bench hear --real DIR`: recordings of a wake phrase heard in the room bench's living room by one,
 two and four microphones, through each front end, as the device hears them.
 
-DIR holds the talkers' clips (WAV, any rate), each a person saying the wake phrase of `--model`
-(`okay_nabu` unless told); `DIR/babble/` holds other speech for the babble (else the other clips in
-DIR are the babble: other people saying the same words). The room is `bench hear --room`'s
+DIR holds the talkers' clips (WAV or FLAC, any rate), each a person saying the wake phrase of
+`--model` (`okay_nabu` unless told); `--babble` (else `DIR/babble/`, searched recursively) holds
+other people's speech for the babble (else the other clips in DIR are the babble: other people
+saying the same words). A clip that does not decode is left out and counted (`unreadable`).
+`--split` takes the clips whose name hashes into the held-out quarter (`held-out`), the other three
+quarters (`tune`) or all: cutoffs are chosen on `tune` and reported on `held-out`.
+
+`--near DIR`: every built-in wake model listens to other words said by real people (each
+subfolder of DIR a word, its clips as above), dry and in the quiet room, and the bench counts who
+woke on what. `--sweep`: besides the detection at the model's cutoff, the detection each cell
+would have at other cutoffs and windows (from the model's probabilities, one run).
+
+The room is `bench hear --room`'s
 (pyroomacoustics, 5 x 4 x 2.7 m, RT60 0.45 s by Sabine, the device by a wall, talkers 1-3 m away,
 the noise 2-4 m), now with three microphone arrays at the device's place: one microphone, the
 ReSpeaker 2-Mic HAT (`respeaker_2mic`) and the 4-Mic HAT (`respeaker_4mic`), every source's
@@ -17,7 +27,8 @@ the first microphone of each array, speech by its active level (P.56). Each arra
 written to a WAV file and opened the way `listen --input F --front-end` opens it
 (`audio.sources.open_source`: the beamformer for two and four channels), then through the
 runtime's front end (`listen.microphone.open_microphone`) into the wake engine: front end off,
-WebRTC's suppressor at 2, and speex's at 2 behind our gain of 10.
+WebRTC's suppressor at 2, speex's at 2 behind our gain of 10, and (where `pyrnnoise` is installed,
+`benchmarks.rnnoise`) RNNoise, the small neural suppressor, after the beamformer.
 
 CPU: thread time of the whole hear path (source with its beamformer, front end, wake word) per
 second of audio, per array and front end, over the three-talker scenes.
@@ -30,6 +41,7 @@ import logging
 import tempfile
 import time
 import wave
+import zlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -37,16 +49,20 @@ from typing import Any
 import numpy as np
 
 from benchmarks.report import emit, machine
+from benchmarks.rnnoise import RNNoise, library
 from benchmarks.room import FLOOR, MIC_M, NOISE_M, RATE, ROOM_M, SPEECH_RMS, TALKER_M, place, through
 from benchmarks.wake import speech_rms
 from edge_agent.audio.beamform import PRESETS
 from edge_agent.audio.frames import Samples
-from edge_agent.audio.sources import WavFileSource, open_source
+from edge_agent.audio.resample import resample
+from edge_agent.audio.sources import open_source
 from edge_agent.commands.context import Context
 from edge_agent.config import Settings, WakeSettings
 from edge_agent.errors import UsageError
 from edge_agent.listen.microphone import open_microphone
 from edge_agent.wake import WakeEngine
+from edge_agent.wake.models import check_all
+from edge_agent.wake.settings import WAKE_BUILTIN
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +91,14 @@ FRONT_ENDS: dict[str, dict[str, Any]] = {
     "off": {"noise_suppression": 0, "auto_gain_dbfs": 0},
     "webrtc": {"noise_suppression": 2, "noise_suppressor": "webrtc", "auto_gain_dbfs": 0},
     "speex": {"noise_suppression": 2, "noise_suppressor": "speex", "auto_gain_dbfs": 10},
+    "rnnoise": {"noise_suppression": 0, "auto_gain_dbfs": 0},
 }
+"""The front ends compared (`rnnoise` only where its library is installed)."""
+SUFFIXES = (".wav", ".flac")
+CUTOFF_GRID = tuple(round(0.5 + 0.05 * i, 2) for i in range(10))
+WINDOW_GRID = (5, 8, 10)
+"""`--sweep`: the cutoffs and windows each cell is also scored at."""
+NEAR_CONDITIONS = ("dry", "room (fan 30 dB)")
 
 
 def add_real_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,26 +108,80 @@ def add_real_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="okay_nabu", help="with --real: the wake model the clips say")
     parser.add_argument("--limit", type=int, default=0, help="with --real: at most this many clips (0: all)")
     parser.add_argument("--mics", default="1,2,4", help="with --real: microphone counts (of 1, 2, 4)")
+    parser.add_argument("--babble", type=Path, metavar="DIR",
+                        help="with --real: other people's speech for the babble (default DIR/babble/)")
+    parser.add_argument("--split", choices=("all", "tune", "held-out"), default="all",
+                        help="with --real: the held-out quarter of the clips, the other three, or all")
+    parser.add_argument("--front-ends", default=",".join(FRONT_ENDS),
+                        help=f"with --real: which front ends (of {', '.join(FRONT_ENDS)})")
+    parser.add_argument("--conditions", default="",
+                        help="with --real: which conditions, by number from 0 (" +
+                             ", ".join(f"{i} {c}" for i, c in enumerate(CONDITIONS)) + "; default all)")
+    parser.add_argument("--near", type=Path, metavar="DIR",
+                        help="with --real: other words said by people (a subfolder per word): who wakes")
+    parser.add_argument("--sweep", action="store_true",
+                        help="with --real: also score every cell at other cutoffs and windows")
 
 
-def load_dir(directory: Path) -> tuple[list[tuple[str, Samples]], list[Samples]]:
-    """The talkers' clips (name, 16 kHz mono) and the babble's."""
+def held_out(name: str) -> bool:
+    """The quarter of the clips no cutoff is chosen on, by a hash of the file's name."""
+    return zlib.crc32(name.encode()) % 4 == 0
+
+
+def read_clip(path: Path) -> Samples | None:
+    """A recording as 16 kHz mono float (channels averaged), or None where it does not decode."""
+    import soundfile
+
+    try:
+        data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+    except (RuntimeError, ValueError, soundfile.LibsndfileError):
+        return None
+    if data.shape[0] == 0:
+        return None
+    return resample(data.mean(axis=1).astype(np.float32), int(rate), RATE)
+
+
+def read_folder(directory: Path, recursive: bool = False) -> tuple[list[tuple[str, Samples]], list[str]]:
+    """The clips of a folder in name order, and the names of those that did not decode."""
+    found = directory.rglob("*") if recursive else directory.glob("*")
+    clips, unreadable = [], []
+    for path in sorted(p for p in found if p.suffix.lower() in SUFFIXES and p.is_file()):
+        audio = read_clip(path)
+        if audio is None:
+            unreadable.append(path.name)
+        else:
+            clips.append((str(path.relative_to(directory)), audio))
+    return clips, unreadable
+
+
+def load_dir(directory: Path, babble: Path | None = None,
+             ) -> tuple[list[tuple[str, Samples]], list[Samples], list[str]]:
+    """The talkers' clips (name, 16 kHz mono), the babble's, and the clips that did not decode."""
     if not directory.is_dir():
         raise UsageError(f"--real {directory}: not a directory")
-
-    def read(path: Path) -> Samples:
-        source = WavFileSource(path)
-        try:
-            return np.concatenate(list(source.blocks()))
-        finally:
-            source.close()
-
-    clips = [(p.name, read(p)) for p in sorted(directory.glob("*.wav"))]
+    clips, unreadable = read_folder(directory)
     if not clips:
-        raise UsageError(f"--real {directory}: no .wav files")
-    babble_dir = directory / "babble"
-    pool = [read(p) for p in sorted(babble_dir.glob("*.wav"))] if babble_dir.is_dir() else []
-    return clips, pool or [c for _, c in clips]
+        raise UsageError(f"--real {directory}: no .wav or .flac files" +
+                         (f" that decode ({len(unreadable)} do not)" if unreadable else ""))
+    babble_dir = babble if babble is not None else directory / "babble"
+    if babble is not None and not babble.is_dir():
+        raise UsageError(f"--babble {babble}: not a directory")
+    pool = [a for _, a in read_folder(babble_dir, recursive=True)[0]] if babble_dir.is_dir() else []
+    return clips, [trimmed(a) for a in pool or [c for _, c in clips]], unreadable
+
+
+def trimmed(audio: Samples, floor_db: float = 35.0, margin_s: float = 0.05) -> Samples:
+    """A babble clip without the silence around its speech (a word recorded in a 3 s window would
+    otherwise make a talker who is mostly silent): 20 ms frames within `floor_db` of its loudest."""
+    frame = RATE // 50
+    n = audio.size // frame
+    if n == 0:
+        return audio
+    rms = np.sqrt(np.mean(audio[:n * frame].reshape(n, frame) ** 2, axis=1))
+    loud = np.flatnonzero(rms > rms.max() * 10 ** (-floor_db / 20))
+    margin = round(margin_s * RATE)
+    out: Samples = audio[max(0, loud[0] * frame - margin):min(audio.size, (loud[-1] + 1) * frame + margin)]
+    return out
 
 
 class ArrayRoom:
@@ -196,28 +273,84 @@ def write_channels(path: Path, frames: np.ndarray) -> None:
         w.writeframes(ints.tobytes())
 
 
-def hear(path: Path, settings: Settings, engine: WakeEngine, model: str, after_s: float,
-         ) -> tuple[bool, float, float, str | None]:
+class Ears:
+    """Wake models for the bench, keeping each run's raw probabilities so that a cell can be scored at
+    other cutoffs and windows than the engine's."""
+
+    def __init__(self, settings: WakeSettings) -> None:
+        self.specs = check_all(settings)
+        self.raw: dict[str, list[tuple[float, float]]] = {}
+        self.engine = WakeEngine(self.specs, settings.refractory_s, listener=self._heard)
+
+    def _heard(self, model: str, time_s: float, probability: float) -> None:
+        self.raw.setdefault(model, []).append((time_s, probability))
+
+    def reset(self) -> None:
+        self.engine.reset()
+        self.raw = {}
+
+    def cutoff(self, model: str) -> float:
+        return next(s.probability_cutoff for s in self.specs if s.name == model)
+
+    def peak(self, model: str, window: int, after_s: float) -> float:
+        """The highest mean of `window` probabilities of `model` whose window ends after `after_s`."""
+        pairs = np.array(self.raw.get(model, []), dtype=np.float64).reshape(-1, 2)
+        if pairs.shape[0] < window:
+            return 0.0
+        means = np.convolve(pairs[:, 1], np.ones(window) / window, mode="valid")
+        late = means[pairs[window - 1:, 0] >= after_s]
+        return float(late.max()) if late.size else 0.0
+
+
+def hear(path: Path, settings: Settings, ears: Ears, model: str, after_s: float, *,
+         denoiser: Path | None) -> tuple[bool, float, float, str | None]:
     """Whether `model` woke after `after_s`, the hear path's thread time, the audio's seconds and the
-    beamformer's complaint, hearing the file as `listen --input F --front-end` does."""
+    beamformer's complaint, hearing the file as `listen --input F --front-end` does (with RNNoise after
+    it where `denoiser` names its library)."""
     source = open_source(replace(settings.audio, input_file=path))
     heard = open_microphone(settings.audio, source=source, wake=settings.wake).source
-    engine.reset()
+    ears.reset()
     woke = False
     started = time.thread_time()
     samples = 0
-    for block in heard.blocks():
+    rnnoise = RNNoise(denoiser) if denoiser is not None else None
+    blocks = rnnoise.stream(heard.blocks()) if rnnoise is not None else heard.blocks()
+    for block in blocks:
         samples += block.size
-        woke |= any(d.model == model and d.time >= after_s for d in engine.feed(block))
+        woke |= any(d.model == model and d.time >= after_s for d in ears.engine.feed(block))
     cpu = time.thread_time() - started
+    if rnnoise is not None:
+        rnnoise.close()
     mixer = getattr(source, "mixer", None)
     heard.close()
     return woke, cpu, samples / RATE, getattr(mixer, "problem", None)
 
 
+def chosen(args: argparse.Namespace) -> tuple[list[str], list[str], list[str]]:
+    """The front ends, conditions and notes the arguments ask for."""
+    notes: list[str] = []
+    front_ends = [f.strip() for f in str(args.front_ends).split(",") if f.strip()]
+    if unknown := [f for f in front_ends if f not in FRONT_ENDS]:
+        raise UsageError(f"--front-ends: {', '.join(unknown)} unknown (of {', '.join(FRONT_ENDS)})")
+    if "rnnoise" in front_ends and library() is None:
+        if args.front_ends != ",".join(FRONT_ENDS):
+            raise UsageError("--front-ends rnnoise: install it with `pip install --no-deps pyrnnoise==0.4.5`")
+        front_ends.remove("rnnoise")
+        notes.append("rnnoise left out: `pip install --no-deps pyrnnoise==0.4.5` to compare it")
+    names = list(CONDITIONS)
+    try:
+        conditions = [names[int(c)] for c in str(args.conditions).split(",") if c.strip()] or names
+    except (ValueError, IndexError):
+        raise UsageError(f"--conditions {args.conditions}: numbers of 0..{len(names) - 1}") from None
+    return front_ends, conditions, notes
+
+
 def run_real(ctx: Context, args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed)
-    clips, pool = load_dir(args.real)
+    front_ends, conditions, notes = chosen(args)
+    clips, pool, unreadable = load_dir(args.real, args.babble)
+    if args.split != "all":
+        clips = [c for c in clips if held_out(c[0]) == (args.split == "held-out")]
     if args.limit:
         clips = clips[:args.limit]
     counts = [int(c) for c in str(args.mics).split(",") if c.strip().isdigit()]
@@ -225,55 +358,107 @@ def run_real(ctx: Context, args: argparse.Namespace) -> int:
         raise UsageError(f"--mics {args.mics}: each of 1, 2, 4")
     arrays = {k: v for k, v in ARRAYS.items() if v[0] in counts}
     settings = ctx.settings
-    engine = WakeEngine.load(WakeSettings(models=(args.model,)))
+    ears = Ears(replace(settings.wake, models=(args.model,)))
     room = ArrayRoom(rng, talkers=4, noises=1)
     result: dict[str, Any] = {
-        "subject": "hear", "mode": "real", "machine": machine(), "dir": str(args.real),
-        "clips": len(clips), "babble_clips": len(pool), "model": args.model,
+        "subject": "hear", "mode": "real", "machine": machine(), "dir": str(args.real), "split": args.split,
+        "clips": len(clips), "unreadable": len(unreadable), "babble_clips": len(pool), "model": args.model,
+        "cutoff": ears.cutoff(args.model), "window": ears.specs[0].sliding_window_size,
         "room": {"rt60_sabine_s": RT60, "talker_m": room.talker_m, "noise_m": room.noise_m},
-        "conditions": list(CONDITIONS), "front_ends": list(FRONT_ENDS), "arrays": list(arrays),
-        "detected": {}, "cpu_percent": {}, "problems": [],
+        "conditions": conditions, "front_ends": front_ends, "arrays": list(arrays),
+        "detected": {}, "cpu_percent": {}, "problems": [], "notes": notes,
     }
+    if args.sweep:
+        result["sweep"] = {"cutoffs": list(CUTOFF_GRID), "windows": list(WINDOW_GRID), "detected": {}}
     cpu: dict[str, list[float]] = {}
+    rnnoise = library()
     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
         wav = Path(tmp) / "scene.wav"
-        for cond in CONDITIONS:
+        for cond in conditions:
             for key, (count, geometry, method) in arrays.items() if cond != "dry" else [
                     ("1 mic", ARRAYS["1 mic"])]:
-                for fe, changes in FRONT_ENDS.items():
+                for fe in front_ends:
                     s = replace(settings, audio=replace(settings.audio, input_channels=count,
                                                         mic_geometry=geometry, beamformer=method,
-                                                        echo_cancel=False, **changes))
+                                                        echo_cancel=False, **FRONT_ENDS[fe]))
                     found = 0
+                    peaks: dict[int, list[float]] = {w: [] for w in WINDOW_GRID}
                     for i, (_, clip) in enumerate(clips):
                         scene_rng = np.random.default_rng([args.seed, list(CONDITIONS).index(cond), i])
                         frames = scene(room, clip, i, cond, pool, count=count, rng=scene_rng)
                         write_channels(wav, frames)
-                        woke, used, seconds, problem = hear(wav, s, engine, args.model, LEAD_S - 0.5)
+                        woke, used, seconds, problem = hear(wav, s, ears, args.model, LEAD_S - 0.5,
+                                                            denoiser=rnnoise if fe == "rnnoise" else None)
                         found += woke
+                        for window, kept in peaks.items():
+                            kept.append(ears.peak(args.model, window, LEAD_S - 0.5))
                         if problem and problem not in result["problems"]:
                             result["problems"].append(problem)
                         if cond == "three talkers 10 dB":
                             cpu.setdefault(f"{key} {fe}", []).extend([used, seconds])
                     rate = round(found / len(clips), 3)
                     result["detected"].setdefault(cond, {}).setdefault(key, {})[fe] = rate
+                    if args.sweep:
+                        result["sweep"]["detected"].setdefault(cond, {}).setdefault(key, {})[fe] = {
+                            str(w): [round(float(np.mean(np.array(v) > c)), 3) for c in CUTOFF_GRID]
+                            for w, v in peaks.items()}
                     log.info("%s, %s, front end %s: %.3f", cond, key, fe, rate)
     for name, pairs in cpu.items():
         result["cpu_percent"][name] = round(100 * sum(pairs[::2]) / sum(pairs[1::2]), 2)
+    if args.near is not None:
+        result["near_miss"] = near_misses(args.near, settings, args.seed)
     emit(result, report_lines(result), args.json)
     return 0
 
 
+def near_misses(directory: Path, settings: Settings, seed: int) -> dict[str, Any]:
+    """Wakes of every built-in model on other words said by people: per word, condition and model,
+    the clips it woke on at its cutoff (and, per model, its highest windowed probability)."""
+    if not directory.is_dir():
+        raise UsageError(f"--near {directory}: not a directory")
+    words = sorted(p for p in directory.iterdir() if p.is_dir())
+    if not words:
+        raise UsageError(f"--near {directory}: no subfolder (one per word)")
+    ears = Ears(replace(settings.wake, models=WAKE_BUILTIN, probability_cutoff={}, sliding_window={}))
+    room = ArrayRoom(np.random.default_rng(seed), talkers=1, noises=1)
+    out: dict[str, Any] = {"models": {s.name: [s.probability_cutoff, s.sliding_window_size]
+                                      for s in ears.specs}, "words": {}}
+    for folder in words:
+        clips, unreadable = read_folder(folder)
+        row: dict[str, Any] = {"clips": len(clips), "unreadable": len(unreadable)}
+        for cond in NEAR_CONDITIONS:
+            woke = dict.fromkeys(ears.engine.names, 0)
+            for i, (_, clip) in enumerate(clips):
+                frames = scene(room, clip, 0, cond, [], count=1, rng=np.random.default_rng([seed, i]))
+                ears.reset()
+                ears.engine.feed(frames[:, 0])
+                for spec in ears.specs:
+                    peak = ears.peak(spec.name, spec.sliding_window_size, 0.0)
+                    woke[spec.name] += peak > spec.probability_cutoff
+            row[cond] = woke
+        out["words"][folder.name] = row
+        log.info("near miss %s: %s", folder.name, row)
+    return out
+
+
 def report_lines(result: dict[str, Any]) -> list[str]:
-    lines = [f"{result['clips']} clips of {result['model']} from {result['dir']} "
-             f"({result['babble_clips']} babble clips); room RT60 {result['room']['rt60_sabine_s']} s, "
-             f"talkers at {result['room']['talker_m']} m, noise at {result['room']['noise_m']} m",
-             "detected, front end off / webrtc / speex:"]
+    lines = [f"{result['clips']} clips of {result['model']} from {result['dir']} (split {result['split']}, "
+             f"{result['unreadable']} unreadable left out; {result['babble_clips']} babble clips); room RT60 "
+             f"{result['room']['rt60_sabine_s']} s, talkers at {result['room']['talker_m']} m, noise at "
+             f"{result['room']['noise_m']} m; cutoff {result['cutoff']}, window {result['window']}",
+             "detected, front end " + " / ".join(result["front_ends"]) + ":"]
     for cond, arrays in result["detected"].items():
         for key, row in arrays.items():
-            lines.append(f"  {cond:22s} {key:22s} " + " / ".join(f"{row[f]}" for f in FRONT_ENDS))
+            lines.append(f"  {cond:22s} {key:22s} " + " / ".join(f"{row[f]}" for f in result["front_ends"]))
     lines.append("hear path CPU (% of a core, three talkers): "
                  + ", ".join(f"{k} {v}" for k, v in result["cpu_percent"].items()))
     for problem in result["problems"]:
         lines.append(f"channels: {problem}")
+    if "near_miss" in result:
+        lines.append("wakes on other words (clips woken; dry / room):")
+        for word, row in result["near_miss"]["words"].items():
+            dry, room = (row[c] for c in NEAR_CONDITIONS)
+            woke = ", ".join(f"{m} {dry[m]}/{room[m]}" for m in dry)
+            lines.append(f"  {word:14s} ({row['clips']} clips) {woke}")
+    lines += result["notes"]
     return lines
