@@ -13,6 +13,7 @@ import pytest
 import soundfile
 
 from edge_agent.wake import WakeEngine
+from edge_agent.wake.models import builtin_dir
 from edge_agent.wake.settings import WAKE_BUILTIN, WakeSettings
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real" / "wake"
@@ -50,3 +51,13 @@ def test_alexa_never_wakes_on_other_words_said_by_real_people(every_model: WakeE
     clips = sorted((REAL / "near").glob("*/*.flac"))
     assert len(clips) == 24
     assert [clip.name for clip in clips if "alexa" in woken(every_model, clip)] == []
+
+
+def test_alexa_s_cutoff_is_the_one_chosen_on_real_people_and_the_config_still_overrides_it() -> None:
+    from edge_agent.wake.models import TUNED_CUTOFFS, read_config, resolve
+
+    own = read_config(builtin_dir() / "alexa.json", builtin=True).probability_cutoff
+    assert (own, TUNED_CUTOFFS) == (0.9, {"alexa": 0.7})
+    assert resolve("alexa").probability_cutoff == 0.7
+    assert resolve("alexa", {"alexa": 0.95}).probability_cutoff == 0.95
+    assert resolve("okay_nabu").probability_cutoff == 0.85  # its own: no real "Okay Nabu" to tune on
