@@ -239,7 +239,7 @@ def run_mode(mode: str, voice: str, levels: list[int], args: argparse.Namespace,
     workers, threads = (1, cores) if mode == "one_at_a_time" else (args.workers, 1)
     most = max(levels)
     sets = {"server.voices": f"[{voice}]", "server.workers": workers, "server.threads": threads,
-            "server.queue_bound": most, "server.max_connections": most + 8,
+            "server.max_streams": most, "server.max_connections": most + 8,
             "server.metrics_interval_s": 0, "runtime.server": f"[{args.providers}]",
             "server.shutdown_grace_s": 2, **passed}
     extra = [x for key, value in sets.items()
