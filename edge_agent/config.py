@@ -39,7 +39,7 @@ from edge_agent.runtime.settings import CudaSettings, RuntimeSettings, TensorrtS
 from edge_agent.safeyaml import YamlLimits, load_yaml, load_yaml_file
 from edge_agent.sendspin.settings import SendspinSettings
 from edge_agent.tts.settings import TtsSettings
-from edge_agent.typedtree import build, describe, merge
+from edge_agent.typedtree import build, describe, merge, upgrade, upgrade_key
 from edge_agent.vad.settings import VadSettings
 from edge_agent.wake.settings import WAKE_BUILTIN, WakeSettings
 from edge_agent.wyoming.settings import WyomingSettings
@@ -122,11 +122,12 @@ def load_settings(
         doc = load_yaml_file(path)
         if doc is not None and not isinstance(doc, dict):
             raise ConfigError(f"{path}: top level must be a mapping, got {describe(doc)}")
-        tree = doc or {}
+        tree = upgrade(Settings, doc or {})
+    # Renamed keys take their new names layer by layer, so a later layer wins whichever name each used.
     for layer in layers:
-        tree = merge(tree, copy.deepcopy(dict(layer)))  # overrides below mutate the tree
+        tree = merge(tree, copy.deepcopy(upgrade(Settings, layer)))  # overrides below mutate the tree
     for dotted, value in (overrides or {}).items():
-        _apply_override(tree, dotted, value)
+        _apply_override(tree, upgrade_key(Settings, dotted), value)
     settings = build(Settings, tree)
     validate(settings)
     return settings

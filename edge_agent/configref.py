@@ -80,6 +80,8 @@ class Section:
     name: str
     doc: str
     keys: tuple[Key, ...]
+    renamed: tuple[tuple[str, str], ...] = ()
+    """Old dotted keys still read, each with its new one."""
 
 
 def sections(root: type[Any] = Settings) -> list[Section]:
@@ -105,7 +107,9 @@ def _walk(cls: type[Any], prefix: str, out: list[Section]) -> None:
             continue
         keys.append(Key(dotted, type_name(tp), default_text(_default(f)), docs.get(f.name, "")))
     if prefix:
-        out.append(Section(prefix, _clean(cls.__doc__ or ""), tuple(keys)))
+        renamed = tuple((f"{prefix}.{old}", f"{prefix}.{new}")
+                        for old, new in getattr(cls, "RENAMED", {}).items())
+        out.append(Section(prefix, _clean(cls.__doc__ or ""), tuple(keys), renamed))
     for sub, dotted in nested:
         _walk(sub, dotted, out)
 
@@ -196,6 +200,9 @@ def render(root: type[Any] = Settings) -> str:
         lines += [f"| `{k.key}` | {_cell(k.type)} | `{_cell(k.default)}` | {_cell(k.doc)} |"
                   for k in section.keys]
         lines.append("")
+        for old, new in section.renamed:
+            lines += [f"`{old}` is the old name of `{new}`: still read, with a warning to write the new one.",
+                      ""]
     return "\n".join(lines)
 
 

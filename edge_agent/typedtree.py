@@ -5,11 +5,17 @@ key path in each error (`tts.threads: expected an integer, got a string`); a
 `ValueError` raised by a dataclass's `__post_init__` becomes a `ConfigError` under
 its path. Supported field types: bool, int, float, str, Path, Literal, unions with
 None, tuple[X, ...], dict[K, V] and nested dataclasses.
+
+A key that was renamed keeps being read under its old name, so config files written before
+keep loading: a dataclass names its old keys in `RENAMED` (old -> new), and each one met logs a
+warning naming the new key. `upgrade` applies the renames to one layer of plain data before the
+layers are merged, so a later layer's new key wins over an earlier layer's old one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import types
 import typing
 from collections.abc import Mapping
@@ -20,6 +26,8 @@ from edge_agent.errors import ConfigError
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 
 def build(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T:
     """Build dataclass `cls` from plain data, checking keys and types recursively."""
@@ -28,6 +36,7 @@ def build(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path or 'config'}: expected a mapping, got {describe(data)}")
     assert dataclasses.is_dataclass(cls)
+    data = _rename(cls, data, path)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in data if k not in fields]
@@ -40,6 +49,52 @@ def build(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T:
     except ValueError as exc:
         msg = str(exc)
         raise ConfigError(f"{_join(path, msg)}" if path else msg) from None
+
+
+def upgrade(cls: type[Any], data: Any, path: str = "") -> Any:
+    """`data` (one layer of plain data for `cls`) with every renamed key, in `cls` and the sections
+    nested in it, under its new name; anything that is not a mapping is left for `build` to judge."""
+    if not isinstance(data, Mapping) or not dataclasses.is_dataclass(cls):
+        return data
+    data = _rename(cls, data, path)
+    hints = typing.get_type_hints(cls)
+    return {key: upgrade(hints[key], value, _join(path, str(key))) if key in hints else value
+            for key, value in data.items()}
+
+
+def upgrade_key(cls: type[Any], dotted: str) -> str:
+    """A dotted key (`server.queue_bound`, as `--set` gives it), its renamed parts under their new names."""
+    parts = dotted.split(".")
+    tp: Any = cls
+    for i, part in enumerate(parts):
+        if not (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
+            break
+        parts[i] = _new_name(tp, part, ".".join(parts[:i]))
+        tp = typing.get_type_hints(tp).get(parts[i])
+    return ".".join(parts)
+
+
+def _rename(cls: type[Any], data: Mapping[str, Any], path: str) -> Mapping[str, Any]:
+    old = [key for key in data if key in getattr(cls, "RENAMED", {})]
+    if not old:
+        return data
+    out = dict(data)
+    for key in old:
+        new = _new_name(cls, key, path)
+        if new in data:
+            raise ConfigError(f"{_join(path, key)}: renamed to {_join(path, new)}, which is given too; "
+                              f"keep only {_join(path, new)}")
+        out[new] = out.pop(key)
+    return out
+
+
+def _new_name(cls: type[Any], key: str, path: str) -> str:
+    new: str | None = getattr(cls, "RENAMED", {}).get(key)
+    if new is None:
+        return key
+    log.warning("%s: renamed to %s; read as that for now, but write %s: the old name will go",
+                _join(path, key), _join(path, new), _join(path, new))
+    return new
 
 
 def _coerce(tp: Any, value: Any, path: str) -> Any:

@@ -150,6 +150,26 @@ def test_layers_sit_between_the_file_and_the_overrides(tmp_path):
     assert layer == {"audio": {"volume": 0.5}, "tts": {"threads": 3}}  # not mutated
 
 
+def test_server_queue_bound_is_read_as_max_streams_with_a_warning(tmp_path, caplog):
+    """A config file written before the rename keeps loading, and says what to write instead."""
+    path = write(tmp_path, "server:\n  queue_bound: 5\n")
+    with caplog.at_level("WARNING"):
+        assert load_settings(path).server.max_streams == 5
+    assert any("server.queue_bound: renamed to server.max_streams" in r.getMessage() for r in caplog.records)
+    assert load_settings(None, {"server.queue_bound": 6}).server.max_streams == 6
+
+
+def test_a_later_layer_wins_whichever_name_of_a_renamed_key_each_used(tmp_path):
+    old_file = write(tmp_path, "server:\n  queue_bound: 5\n")
+    assert load_settings(old_file, {"server.max_streams": 7}).server.max_streams == 7
+    assert load_settings(old_file, layers=[{"server": {"max_streams": 8}}]).server.max_streams == 8
+    new_file = write(tmp_path, "server:\n  max_streams: 5\n")
+    assert load_settings(new_file, {"server.queue_bound": 9}).server.max_streams == 9
+    with pytest.raises(ConfigError, match=r"^server\.queue_bound: renamed to server\.max_streams, "
+                                          r"which is given too"):
+        load_settings(write(tmp_path, "server:\n  queue_bound: 5\n  max_streams: 6\n"))
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"audio.input_file": "a.wav", "audio.input_command": "arecord"},
      r"^audio\.input_file and input_command: set one of them"),

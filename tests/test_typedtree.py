@@ -2,12 +2,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pytest
 
 from edge_agent.errors import ConfigError
-from edge_agent.typedtree import build, describe, merge, to_dict
+from edge_agent.typedtree import build, describe, merge, to_dict, upgrade, upgrade_key
 
 
 @dataclass(frozen=True)
@@ -94,3 +94,39 @@ def test_to_dict_round_trips_through_build():
 def test_describe_names_the_kind_of_a_value():
     assert [describe(v) for v in (None, {}, [], "s", True, 2.5)] == [
         "null", "a mapping", "a list", "a string", "a boolean", "float 2.5"]
+
+
+@dataclass(frozen=True)
+class Renamed:
+    RENAMED: ClassVar[dict[str, str]] = {"bound": "limit"}
+    limit: int = 1
+    inner: Inner = field(default_factory=Inner)
+
+
+@dataclass(frozen=True)
+class Holder:
+    section: Renamed = field(default_factory=Renamed)
+
+
+def test_a_renamed_key_is_read_under_its_new_name_with_a_warning(caplog):
+    with caplog.at_level("WARNING", logger="edge_agent.typedtree"):
+        assert build(Holder, {"section": {"bound": 4}}) == Holder(Renamed(limit=4))
+    assert [r.getMessage() for r in caplog.records] == [
+        "section.bound: renamed to section.limit; read as that for now, but write section.limit: "
+        "the old name will go"]
+
+
+def test_a_renamed_key_given_under_both_names_is_an_error():
+    with pytest.raises(ConfigError, match=r"^section\.bound: renamed to section\.limit, which is given too; "
+                                          r"keep only section\.limit$"):
+        build(Holder, {"section": {"bound": 4, "limit": 5}})
+
+
+def test_upgrade_renames_one_layer_through_its_sections_and_leaves_the_rest():
+    layer = {"section": {"bound": 4, "inner": {"rate": 8000}}, "other": [1]}
+    assert upgrade(Holder, layer) == {"section": {"limit": 4, "inner": {"rate": 8000}}, "other": [1]}
+    assert layer["section"] == {"bound": 4, "inner": {"rate": 8000}}  # not mutated
+    assert upgrade(Holder, {"section": 3}) == {"section": 3}  # left for build to refuse
+    assert upgrade_key(Holder, "section.bound") == "section.limit"
+    assert upgrade_key(Holder, "section.inner.rate") == "section.inner.rate"
+    assert upgrade_key(Holder, "nothing.bound") == "nothing.bound"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from edge_agent.checks import positive
 from edge_agent.endpoints import parse_uri
@@ -102,6 +102,9 @@ class OffloadSettings:
 class ServerSettings:
     """`edge-agent serve`: the synthesis server."""
 
+    RENAMED: ClassVar[dict[str, str]] = {"queue_bound": "max_streams"}
+    """Old keys still read under their new names (typedtree), so older config files keep loading."""
+
     host: str = "127.0.0.1"
     """Address to listen on (0.0.0.0 or :: for every interface)."""
     port: int = 10700
@@ -122,8 +125,9 @@ class ServerSettings:
     """Sentences synthesized at once (the batch: requests arriving together share these)."""
     threads: int = 1
     """onnxruntime intra-op threads per worker."""
-    queue_bound: int = 32
-    """Open streams the server accepts before answering BUSY."""
+    max_streams: int = 32
+    """Most streams open at once, all connections together; a new stream beyond them is refused at
+    once with BUSY (naming this key), never queued, and the open ones go on unharmed."""
     max_connections: int = 256
     """Authenticated connections beyond this are answered BUSY and closed."""
     max_handshakes: int = 512
@@ -177,7 +181,7 @@ class ServerSettings:
             raise ValueError("tls_cert: tls_cert and tls_key go together")
         if not self.voices:
             raise ValueError("voices: at least one voice")
-        positive(self, "workers", "threads", "queue_bound", "max_connections", "max_handshakes",
+        positive(self, "workers", "threads", "max_streams", "max_connections", "max_handshakes",
                   "max_streams_per_connection", "max_text_chars", "max_sentence_chars", "chunk_ms",
                   "opus_bitrate", "handshake_timeout_s", "idle_timeout_s", "frame_timeout_s",
                   "write_timeout_s")

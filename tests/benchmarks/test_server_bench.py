@@ -30,3 +30,22 @@ def test_bench_server_reports_real_time_streams_per_concurrency_and_mode():
 def test_bench_server_refuses_a_bad_concurrency_list():
     result = run_cli("bench", "server", "--concurrency", "1,x", timeout=60)
     assert result.returncode == 2 and "--concurrency" in result.stderr
+
+
+def test_bench_server_counts_the_streams_beyond_max_streams_apart():
+    # Three devices at once against a server that opens two: the third is refused for want of a
+    # slot (no deadline, so no other refusal), and the two are served whole.
+    result = run_cli("bench", "server", "--json", "--concurrency", "1,3", "--max-streams", "2",
+                     "--sentences", "3", "--deadline-ms", "0", "--mode", "batched",
+                     "--voice", "en_US-joe-medium", timeout=600)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["max_streams"] == 2 and "server.max_streams 2" in result.stdout
+    one, three = report["modes"]["batched"]["levels"]
+    assert one["ended"] == 1 and one["errors"] == {}
+    assert three["ended"] == 2 and three["errors"] == {"BUSY max_streams": 1}
+
+
+def test_bench_server_refuses_max_streams_below_one():
+    result = run_cli("bench", "server", "--max-streams", "0", timeout=60)
+    assert result.returncode == 2 and "--max-streams: 0 is below 1" in result.stderr

@@ -99,3 +99,10 @@ def test_check_names_the_command_when_the_page_is_stale(tmp_path, capsys):
     assert configref.REGENERATE in capsys.readouterr().err
     assert configref.main(["--out", str(stale)]) == 0
     assert configref.main(["--check", "--out", str(stale)]) == 0
+
+
+def test_a_renamed_key_is_named_under_its_section():
+    server = next(s for s in configref.sections() if s.name == "server")
+    assert server.renamed == (("server.queue_bound", "server.max_streams"),)
+    assert ("`server.queue_bound` is the old name of `server.max_streams`: still read, with a warning"
+            in configref.render())

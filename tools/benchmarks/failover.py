@@ -219,7 +219,7 @@ class Bench:
         return result | {"requests_b": _requests(b) - before}
 
     def busy(self, b: ServeProcess) -> dict[str, Any]:
-        a = self.serve("--set", "server.queue_bound=1")
+        a = self.serve("--set", "server.max_streams=1")
         holder = OffloadClient(OffloadSettings(server=a.uri), self.psk)
         holder.start()
         try:

@@ -170,7 +170,7 @@ def measure_wire(server: ServerThread, psk: bytes, voice: Voice) -> dict[str, An
 
 def _server(voice: Voice, psk: bytes, workers: int, threads: int) -> ServerThread:
     settings = ServerSettings(host="127.0.0.1", port=0, voices=(voice.id,), workers=workers, threads=threads,
-                              queue_bound=64, metrics_interval_s=0, shutdown_grace_s=1)
+                              max_streams=64, metrics_interval_s=0, shutdown_grace_s=1)
     return ServerThread(settings, {voice.id: voice}, psk)
 
 

@@ -77,6 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="first-audio deadline each device sends, as a device sends "
                              "offload.first_audio_deadline_s (default: --first-audio-goal; 0: none); "
                              "a server that cannot meet it refuses the stream at once (BUSY)")
+    parser.add_argument("--max-streams", type=int, default=None,
+                        help="the server's server.max_streams (default: the largest level, so every "
+                             "stream gets a slot); streams beyond it are refused at once, counted "
+                             "apart as 'BUSY max_streams'")
     parser.add_argument("--timeout", type=float, default=300.0, help="longest one level may take (s)")
 
 
@@ -103,6 +107,8 @@ class _Device:
             self.done.set()
         else:  # an ERROR frame, or the connection failing
             self.error = getattr(message, "name", "") or type(message).__name__
+            if isinstance(message, m.Error) and "server.max_streams" in message.message:
+                self.error += " max_streams"  # no slot left: apart from the refusals for a deadline
             self.done.set()
 
     @property
@@ -239,7 +245,7 @@ def run_mode(mode: str, voice: str, levels: list[int], args: argparse.Namespace,
     workers, threads = (1, cores) if mode == "one_at_a_time" else (args.workers, 1)
     most = max(levels)
     sets = {"server.voices": f"[{voice}]", "server.workers": workers, "server.threads": threads,
-            "server.queue_bound": most, "server.max_connections": most + 8,
+            "server.max_streams": args.max_streams or most, "server.max_connections": most + 8,
             "server.metrics_interval_s": 0, "runtime.server": f"[{args.providers}]",
             "server.shutdown_grace_s": 2, **passed}
     extra = [x for key, value in sets.items()
@@ -281,6 +287,8 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         raise UsageError(f"--concurrency: not a list of numbers: {args.concurrency!r}") from None
     if not levels or levels[0] < 1 or args.sentences < 1:
         raise UsageError("--concurrency needs numbers >= 1 and --sentences at least 1")
+    if args.max_streams is not None and args.max_streams < 1:
+        raise UsageError(f"--max-streams: {args.max_streams} is below 1")
     store = ctx.store
     voice = args.voice or ("kokoro-82m" if store.locate("kokoro-82m") else ctx.settings.tts.voice)
     store.require(voice.partition(":")[0])  # missing: says how to fetch it, before a server starts
@@ -299,8 +307,10 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     result["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     deadline = round(1000 * args.first_audio_goal) if args.deadline_ms is None else args.deadline_ms
     result["deadline_ms"] = deadline
+    result["max_streams"] = args.max_streams or max(levels)
     lines = [f"bench server: {voice}, paragraphs of {args.sentences} sentences, PCM16, one connection per "
-             f"device, first-audio deadline {deadline} ms, {os.cpu_count()} CPUs, providers {args.providers}"]
+             f"device, first-audio deadline {deadline} ms, server.max_streams {result['max_streams']}, "
+             f"{os.cpu_count()} CPUs, providers {args.providers}"]
     for mode, res in result["modes"].items():
         lines.append(f"{MODES[mode]} ({res['config']}; voices: {res['voices']}):")
         lines.append("  devices  real-time  ended  first audio p50/p95 s  RTF p50/p95  audio s/s  "

@@ -153,7 +153,7 @@ class Scheduler:
         self.workers = workers
         self.metrics = metrics
         self._waiting: list[Job] = []
-        """Few enough (at most `queue_bound` streams' sentences) to scan for the earliest deadline:
+        """Few enough (at most `max_streams` streams' sentences) to scan for the earliest deadline:
         deadlines move when a stream starts playing, so a heap keyed at submit would go stale."""
         self._arrived = asyncio.Event()
         self._seq = itertools.count()

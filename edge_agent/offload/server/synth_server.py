@@ -394,10 +394,10 @@ class _Session:
         if len(self.streams) >= s.max_streams_per_connection:
             return await self._refuse(req.stream, ErrorCode.TOO_MANY_STREAMS,
                                       f"at most {s.max_streams_per_connection} open streams per connection")
-        if server.metrics.open_streams >= s.queue_bound:
+        if server.metrics.open_streams >= s.max_streams:
             return await self._refuse(req.stream, ErrorCode.BUSY,
-                                      f"server is at its limit of {s.queue_bound} open streams "
-                                      "(server.queue_bound); try again when one has ended")
+                                      f"server is at its limit of {s.max_streams} open streams "
+                                      f"(server.max_streams={s.max_streams}); try again when one has ended")
         if voice is None:
             return await self._refuse(req.stream, ErrorCode.UNKNOWN_VOICE,
                                       f"no voice {voice_id!r} (offered: {', '.join(server.voices)})")

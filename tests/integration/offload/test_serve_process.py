@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import urllib.request
 
 import pytest
 
+from edge_agent.config import Endpoint
+from edge_agent.offload.client.connection import ClientConnection
+from edge_agent.offload.wire import messages as m
+from edge_agent.offload.wire.framing import ErrorCode
 from tests.conftest import run_cli
 from tests.integration.offload.offload_helpers import PIPER, PSK, make_router, spoken
+from tests.integration.offload.server.test_synth_server import collect
 
 
 def test_serve_refuses_to_start_without_a_key():
@@ -38,6 +44,34 @@ def test_sigterm_drains_and_exits_cleanly(serve_process):
         assert b"edge_serve_ready 1.0" in answer.read()
     assert server.terminate(timeout=30) == 0
     assert "shutting down" in server.proc.stderr.read()
+
+
+def test_a_config_file_written_with_queue_bound_still_holds_serve_to_it(serve_process, tmp_path):
+    """`server.queue_bound` is the old name of `server.max_streams`: a file that uses it still
+    starts `serve`, which says what to write instead and refuses a second stream beside the one
+    it allows (BUSY naming the new key), while the first is served whole."""
+    config = tmp_path / "server.yaml"
+    config.write_text("server:\n  queue_bound: 1\n")
+    server = serve_process(PIPER, extra=("--config", str(config)))
+    long_text = tuple(f"Sentence {i} keeps the only slot busy." for i in range(6))
+
+    async def go():
+        conn = await ClientConnection.open(Endpoint("tcp", "127.0.0.1", server.port), PSK, timeout=10)
+        try:
+            taken = asyncio.Event()
+            first = asyncio.ensure_future(collect(conn, sentences=long_text, voice=PIPER, answered=taken))
+            await asyncio.wait_for(taken.wait(), 30)
+            _, second = await collect(conn, sentences=("Am I next?",), voice=PIPER)
+            return second, (await first)[1]
+        finally:
+            await conn.close()
+
+    second, first = asyncio.run(asyncio.wait_for(go(), 60))
+    assert len(second) == 1 and second[0].code == ErrorCode.BUSY
+    assert "(server.max_streams=1)" in second[0].message
+    assert isinstance(first[-1], m.End) and not first[-1].cancelled
+    assert server.terminate(timeout=30) == 0
+    assert "server.queue_bound: renamed to server.max_streams" in server.proc.stderr.read()
 
 
 def test_say_remote_speaks_through_the_server(serve_process, tmp_path):

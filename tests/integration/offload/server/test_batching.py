@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -171,32 +172,141 @@ def test_a_client_that_stops_reading_neither_delays_the_others_nor_keeps_its_str
                10, "the stalled stream's sentences dropped")
 
 
-def test_a_client_asking_for_128_streams_at_once_is_held_to_the_limits(serve, quiet_piper):
-    """One connection may hold `max_streams_per_connection`; the server `queue_bound` in all;
-    every stream beyond is refused with a reason, and the accepted ones are served."""
-    server = serve(voices={PIPER: quiet_piper}, workers=2, queue_bound=12, max_streams_per_connection=8)
-    text = ("One.",)
+class _Held:
+    """The real voice, except that each sentence waits for a permit the test hands out: streams stay
+    open exactly as long as the test needs them open, however fast or slow the machine is."""
+
+    def __init__(self, voice: Voice) -> None:
+        self.voice = voice
+        self.permits = threading.Semaphore(0)
+        self.id = voice.id
+        self.sample_rate = voice.sample_rate
+
+    def sentences(self, text: str) -> list[str]:
+        return self.voice.sentences(text)
+
+    def synthesize_sentence(self, sentence: str) -> Iterator[np.ndarray]:
+        if not self.permits.acquire(timeout=60):
+            raise RuntimeError("no permit within 60 s")
+        return self.voice.synthesize_sentence(sentence)
+
+    def sessions(self):
+        return self.voice.sessions()
+
+    def close(self) -> None:
+        pass
+
+
+async def _answered(tasks: list[asyncio.Future], count: int, timeout: float = 30) -> None:
+    """Until `count` of `tasks` have their answer (bounded)."""
+    enough = asyncio.Event()
+
+    def check(_task: asyncio.Future | None = None) -> None:
+        if sum(t.done() for t in tasks) >= count:
+            enough.set()
+
+    for task in tasks:
+        task.add_done_callback(check)
+    check()
+    try:
+        await asyncio.wait_for(enough.wait(), timeout)
+    except TimeoutError:
+        raise AssertionError(f"{sum(t.done() for t in tasks)} of {len(tasks)} streams answered "
+                             f"within {timeout:g} s, {count} expected") from None
+
+
+def test_a_client_asking_for_128_streams_at_once_is_held_to_max_streams(serve, quiet_piper):
+    """A stream beyond `server.max_streams` (all connections together) is refused the moment it is
+    asked for, with BUSY naming the key and the number, never queued; the streams accepted are
+    served whole, each with exactly the samples it gets alone; another device is refused while the
+    server is full and served once a stream has ended."""
+    held = _Held(quiet_piper)
+    server = serve(voices={PIPER: held}, workers=2, max_streams=4, max_streams_per_connection=128)
+    text = TEXTS[0][:1]
+
+    tasks: list[asyncio.Future] = []
 
     async def go():
-        conns = [await connect(server) for _ in range(16)]
+        greedy, other = await connect(server), await connect(server)
         try:
-            one_conn = await asyncio.gather(*(collect(conns[0], sentences=text) for _ in range(128)))
-            spread = await asyncio.gather(*(collect(conns[1 + i % 15], sentences=text) for i in range(128)))
-            return one_conn, spread
+            held.permits.release()
+            _, alone = await collect(other, sentences=text)
+            tasks[:] = [asyncio.ensure_future(collect(greedy, sentences=text)) for _ in range(128)]
+            await _answered(tasks, 124)
+            open_now = [t for t in tasks if not t.done()]
+            full = server.server.metrics.open_streams
+            _, refused_other = await collect(other, sentences=text)
+            held.permits.release()  # one sentence: one of the four streams ends
+            await _answered(open_now, 1)
+            arrived = asyncio.Event()
+            late = asyncio.ensure_future(collect(other, sentences=text, answered=arrived))
+            await asyncio.wait_for(arrived.wait(), 30)
+            held.permits.release(4)
+            return alone, open_now, full, refused_other, await late
         finally:
+            held.permits.release(1000)  # a failed run leaves no worker waiting on a permit
+            for task in tasks:
+                task.cancel()
+            await greedy.close()
+            await other.close()
+
+    alone, open_now, full, refused_other, (_, late) = run(go())
+    assert open_now == tasks[:4] and full == 4  # the first four asked are the ones kept
+    reference = decode_sentences(alone)
+    for _, msgs in (t.result() for t in tasks[:4]):
+        assert isinstance(msgs[-1], m.End) and not msgs[-1].cancelled
+        assert all(np.array_equal(a, b) for a, b in zip(decode_sentences(msgs), reference, strict=True))
+    for _, msgs in (t.result() for t in tasks[4:]):
+        assert len(msgs) == 1 and isinstance(msgs[0], m.Error) and msgs[0].code == ErrorCode.BUSY
+        assert "server.max_streams=4" in msgs[0].message and "4 open streams" in msgs[0].message
+    assert len(refused_other) == 1 and refused_other[0].code == ErrorCode.BUSY
+    assert "server.max_streams=4" in refused_other[0].message
+    assert isinstance(late[-1], m.End)
+    assert all(np.array_equal(a, b) for a, b in zip(decode_sentences(late), reference, strict=True))
+    metrics = server.server.metrics
+    assert metrics.counters["rejected_busy"] == 125 and metrics.counters["streams_done"] == 6
+    wait_until(lambda: metrics.open_streams == 0, 10, "every stream closed")
+
+
+def test_the_per_connection_cap_still_holds_under_max_streams(serve, quiet_piper):
+    """`max_streams_per_connection` below `max_streams`: one device asking for 128 gets its 2
+    (TOO_MANY_STREAMS for the rest, naming its limit), another device still gets its own 2 beside
+    them, and a third, finding the server full, is refused BUSY; the four accepted end whole."""
+    held = _Held(quiet_piper)
+    server = serve(voices={PIPER: held}, workers=2, max_streams=4, max_streams_per_connection=2)
+    text = TEXTS[1][:1]
+
+    first: list[asyncio.Future] = []
+    second: list[asyncio.Future] = []
+
+    async def go():
+        conns = [await connect(server) for _ in range(3)]
+        try:
+            first[:] = [asyncio.ensure_future(collect(conns[0], sentences=text)) for _ in range(128)]
+            await _answered(first, 126)
+            second[:] = [asyncio.ensure_future(collect(conns[1], sentences=text)) for _ in range(3)]
+            await _answered(second, 1)
+            _, third = await collect(conns[2], sentences=text)
+            held.permits.release(4)
+            await asyncio.gather(*first, *second)
+            return third
+        finally:
+            held.permits.release(1000)  # a failed run leaves no worker waiting on a permit
+            for task in first + second:
+                task.cancel()
             for c in conns:
                 await c.close()
 
-    one_conn, spread = run(go())
-    ends = [msgs for _, msgs in one_conn if isinstance(msgs[-1], m.End)]
-    refused = [msgs[-1] for _, msgs in one_conn if isinstance(msgs[-1], m.Error)]
-    assert len(ends) == 8 and len(refused) == 120
-    assert {e.code for e in refused} == {ErrorCode.TOO_MANY_STREAMS}
-    spread_ends = [msgs for _, msgs in spread if isinstance(msgs[-1], m.End)]
-    busy = [msgs[-1] for _, msgs in spread if isinstance(msgs[-1], m.Error)]
-    assert len(spread_ends) >= 12 and len(spread_ends) + len(busy) == 128
-    assert all(e.code in (ErrorCode.BUSY, ErrorCode.TOO_MANY_STREAMS) for e in busy)
-    assert any("server.queue_bound" in e.message for e in busy)
+    third = run(go())
+    results = [[msgs for _, msgs in (t.result() for t in tasks)] for tasks in (first, second)]
+    for msgs_of, kept in zip(results, (2, 2), strict=True):
+        assert all(isinstance(msgs[-1], m.End) and len(decode_sentences(msgs)) == 1
+                   for msgs in msgs_of[:kept])
+        refused = [msgs[0] for msgs in msgs_of[kept:]]
+        assert all(len(msgs) == 1 for msgs in msgs_of[kept:])
+        assert {e.code for e in refused} == {ErrorCode.TOO_MANY_STREAMS}
+        assert all("at most 2 open streams per connection" in e.message for e in refused)
+    assert len(third) == 1 and third[0].code == ErrorCode.BUSY and "server.max_streams=4" in third[0].message
 
 
 def test_a_stream_that_cannot_be_served_by_its_deadline_is_refused_at_once(serve, quiet_piper):

@@ -73,7 +73,7 @@ def test_a_served_utterance_shows_in_every_metric(monitored, local_synth):
 
 
 def test_auth_failures_and_busy_answers_are_counted(serve, local_synth):
-    server = serve(workers=1, queue_bound=1)
+    server = serve(workers=1, max_streams=1)
     monitor = Monitor(server.server.metrics, "127.0.0.1", 0)
     host, port = server.call(monitor.start())
     base = f"http://{host}:{port}"

@@ -272,7 +272,7 @@ def test_cancel_ends_the_stream_with_a_cancelled_end(serve):
 
 
 def test_full_queue_answers_busy_and_the_connection_stays_usable(serve):
-    server = serve(queue_bound=1, workers=1)
+    server = serve(max_streams=1, workers=1)
     long_text = tuple(f"Sentence {i} keeps the only slot busy." for i in range(8))
 
     async def go():
