@@ -138,6 +138,8 @@ class Beamformer:
         self.search = math.ceil(self.max_lag) + OUT_OF_STEP
         self.on_problem: Callable[[str | None], None] | None = None
         self.problem: str | None = None
+        self.track = True
+        """Measure the steering from what is heard; False holds `delays` as they are."""
         self.delays = np.zeros(channels)
         self._beyond = np.zeros(channels, dtype=bool)
         """Each channel's measured delay behind the reference channel (samples)."""
@@ -176,7 +178,8 @@ class Beamformer:
             frame = data[h * HOP:h * HOP + FRAME]
             spectrum = np.fft.rfft(frame.T * self._window, axis=1)
             self._health(frame)
-            self._track(spectrum)
+            if self.track:
+                self._track(spectrum)
             mixed = np.fft.irfft(self._mix(spectrum), FRAME) * self._window
             mixed[:FRAME - HOP] += self._overlap
             out[h * HOP:(h + 1) * HOP] = mixed[:HOP]

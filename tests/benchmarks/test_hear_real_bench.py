@@ -18,7 +18,7 @@ def test_real_bench_reports_each_condition_per_array_and_front_end(tmp_path: Pat
     pytest.importorskip("pyroomacoustics")
     result = run_cli("bench", "hear", "--real", str(REAL / "alexa"), "--model", "alexa", "--limit", "2",
                      "--babble", str(REAL / "near"), "--mics", "1,2", "--front-ends", "off,webrtc,speex",
-                     "--near", str(REAL / "near"), "--sweep", "--json", timeout=600)
+                     "--near", str(REAL / "near"), "--sweep", "--oracle", "--json", timeout=600)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["mode"] == "real" and report["clips"] == 2 and report["babble_clips"] == 24
@@ -40,6 +40,9 @@ def test_real_bench_reports_each_condition_per_array_and_front_end(tmp_path: Pat
     assert sweep["detected"]["dry"]["1 mic"]["off"][str(report["window"])][at] == 1.0
     assert report["problems"] == []  # a healthy simulated board: no channel fell back
     assert all(0 < v < 50 for v in report["cpu_percent"].values())
+    # The beam held on the talker, per condition with noise, for the one board asked for.
+    assert set(report["oracle"]) == set(report["conditions"][1:])
+    assert all(set(row) == {"2 mic superdirective"} for row in report["oracle"].values())
     words = report["near_miss"]["words"]
     assert set(words) == {"computer", "jarvis", "smart_mirror", "snowboy", "view_glass"}
     assert all(row["dry"]["alexa"] == 0 for row in words.values())  # nobody said "Alexa"

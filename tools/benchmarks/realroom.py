@@ -52,7 +52,7 @@ from benchmarks.report import emit, machine
 from benchmarks.rnnoise import RNNoise, library
 from benchmarks.room import FLOOR, MIC_M, NOISE_M, RATE, ROOM_M, SPEECH_RMS, TALKER_M, place, through
 from benchmarks.wake import speech_rms
-from edge_agent.audio.beamform import PRESETS
+from edge_agent.audio.beamform import PRESETS, Beamformer
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.resample import resample
 from edge_agent.audio.sources import open_source
@@ -121,6 +121,9 @@ def add_real_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --real: other words said by people (a subfolder per word): who wakes")
     parser.add_argument("--sweep", action="store_true",
                         help="with --real: also score every cell at other cutoffs and windows")
+    parser.add_argument("--oracle", action="store_true",
+                        help="with --real: also each board's superdirective beam steered by the talker's "
+                             "own channels (what perfect steering would buy; front end off)")
 
 
 def held_out(name: str) -> bool:
@@ -223,13 +226,20 @@ class ArrayRoom:
 def scene(room: ArrayRoom, clip: Samples, where: int, cond: str, pool: list[Samples], *, count: int,
           rng: np.random.Generator) -> np.ndarray:
     """The array's channels for `clip` said at talker place `where` in `cond`."""
+    return scene_parts(room, clip, where, cond, pool, count=count, rng=rng)[0]
+
+
+def scene_parts(room: ArrayRoom, clip: Samples, where: int, cond: str, pool: list[Samples], *, count: int,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The array's channels for `clip` said at talker place `where` in `cond`, and the talker's alone
+    (over the microphones' own noise)."""
     kind, snr = CONDITIONS[cond]
     lead, tail = round(LEAD_S * RATE), round(TAIL_S * RATE)
     n = lead + clip.size + tail
     dry = np.zeros(n, dtype=np.float32)
     dry[lead:lead + clip.size] = clip * np.float32(SPEECH_RMS / speech_rms(clip))
     if kind is None:
-        return dry[:, None]
+        return dry[:, None], dry[:, None]
     # The noise is drawn before anything that depends on the array, so that every array and front
     # end hears the same scene.
     if kind == "fan":
@@ -244,7 +254,7 @@ def scene(room: ArrayRoom, clip: Samples, where: int, cond: str, pool: list[Samp
     level = speech_rms(speech[:, 0])
     gain = level / 10 ** (float(snr or 0.0) / 20) / np.sqrt(np.mean(noise[:, 0] ** 2))
     out: np.ndarray = (mic + noise * np.float32(gain)).astype(np.float32)
-    return out
+    return out, mic
 
 
 def one_voice(n: int, pool: list[Samples], rng: np.random.Generator) -> Samples:
@@ -405,10 +415,39 @@ def run_real(ctx: Context, args: argparse.Namespace) -> int:
                     log.info("%s, %s, front end %s: %.3f", cond, key, fe, rate)
     for name, pairs in cpu.items():
         result["cpu_percent"][name] = round(100 * sum(pairs[::2]) / sum(pairs[1::2]), 2)
+    if args.oracle:
+        result["oracle"] = oracle(room, clips, pool, conditions=conditions, counts=counts, ears=ears,
+                                  args=args)
     if args.near is not None:
         result["near_miss"] = near_misses(args.near, settings, args.seed)
     emit(result, report_lines(result), args.json)
     return 0
+
+
+def oracle(room: ArrayRoom, clips: list[tuple[str, Samples]], pool: list[Samples], *, conditions: list[str],
+           counts: list[int], ears: Ears, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Detection with each board's superdirective beam held on the talker: its delays measured on
+    the talker's own channels (the same scenes as the table), never tracked. The gap to the tracked
+    beam is what steering loses, e.g. to babble heard before the wake word."""
+    out: dict[str, dict[str, float]] = {}
+    for cond in (c for c in conditions if c != "dry"):
+        for count in (c for c in counts if BOARDS[c] is not None):
+            geometry = BOARDS[count]
+            assert geometry is not None
+            found = 0
+            for i, (_, clip) in enumerate(clips):
+                scene_rng = np.random.default_rng([args.seed, list(CONDITIONS).index(cond), i])
+                mixture, talker = scene_parts(room, clip, i, cond, pool, count=count, rng=scene_rng)
+                probe = Beamformer.from_geometry(geometry, count, RATE)
+                probe.process(talker)
+                held = Beamformer.from_geometry(geometry, count, RATE)
+                held.delays, held.reference = probe.delays.copy(), probe.reference
+                held.track = False
+                ears.reset()
+                found += any(d.model == args.model and d.time >= LEAD_S - 0.5
+                             for d in ears.engine.feed(held.process(mixture)))
+            out.setdefault(cond, {})[f"{count} mic superdirective"] = round(found / len(clips), 3)
+    return out
 
 
 def near_misses(directory: Path, settings: Settings, seed: int) -> dict[str, Any]:
@@ -460,5 +499,8 @@ def report_lines(result: dict[str, Any]) -> list[str]:
             dry, room = (row[c] for c in NEAR_CONDITIONS)
             woke = ", ".join(f"{m} {dry[m]}/{room[m]}" for m in dry)
             lines.append(f"  {word:14s} ({row['clips']} clips) {woke}")
+    for cond, row in result.get("oracle", {}).items():
+        held = ", ".join(f"{k} {v}" for k, v in row.items())
+        lines.append(f"  {cond:22s} steered by the talker alone: {held}")
     lines += result["notes"]
     return lines
