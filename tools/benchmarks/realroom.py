@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import tempfile
 import time
 import wave
@@ -146,7 +147,10 @@ def read_clip(path: Path) -> Samples | None:
 
 def read_folder(directory: Path, recursive: bool = False) -> tuple[list[tuple[str, Samples]], list[str]]:
     """The clips of a folder in name order, and the names of those that did not decode."""
-    found = directory.rglob("*") if recursive else directory.glob("*")
+    if recursive:  # folders linked in are followed (`Path.rglob` does not follow them before 3.13)
+        found = [Path(top) / name for top, _, names in os.walk(directory, followlinks=True) for name in names]
+    else:
+        found = list(directory.glob("*"))
     clips, unreadable = [], []
     for path in sorted(p for p in found if p.suffix.lower() in SUFFIXES and p.is_file()):
         audio = read_clip(path)
