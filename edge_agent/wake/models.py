@@ -27,8 +27,8 @@ TUNED_CUTOFFS: dict[str, float] = {"alexa": 0.7}
 (`wake.probability_cutoff` still overrides it). `alexa` (own 0.9): the lowest cutoff at which no
 real person's other word woke it with a margin (the highest of 1,964 such clips was 0.625) and
 none woke it in 2 h of real words over noise; on 236 people in a simulated room with three other
-talkers at 10 dB it found 0.822 against 0.674 at 0.9 (docs/benchmarks.md, `bench hear --real`,
-the held-out quarter reported there). The other built-in models have no real recordings of their
+talkers at 10 dB it found 0.805 against 0.674 at 0.9 (docs/benchmarks.md, `bench hear --real`;
+the 79 held out: 0.772 against 0.62). The other built-in models have no real recordings of their
 phrase to tune on, so they keep their own."""
 MAX_MODEL_BYTES = 16 * 1024 * 1024
 """The built-in models are 50-70 kB; a larger file is not a microWakeWord model."""
