@@ -46,6 +46,7 @@ print(json.dumps({"problem": getattr(source.mixer, "problem", None), "name": sou
 OPEN = """
 import json, sys
 import numpy as np
+from edge_agent.audio.settings import AudioSettings
 from edge_agent.audio.sources import open_source
 
 source = open_source(AudioSettings(input_device="board", input_channels=int(sys.argv[1]),
