@@ -53,6 +53,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,12 +62,14 @@ import numpy as np
 
 from benchmarks.clips import load_16k
 from benchmarks.report import emit, machine, percentile
+from benchmarks.turnanswer import Answerer, Player, device, first_answer, start_daemon
 from benchmarks.wake import Voices
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.wav import to_pcm16
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
 from edge_agent.listen.endofturn import MODEL_ID
+from edge_agent.mqtt.localbroker import LocalBroker
 from edge_agent.text.wer import words
 from edge_agent.vad.classifiers import FrameClassifier
 from edge_agent.vad.factory import make_classifier
@@ -151,6 +154,10 @@ class Slot:
     """Stream time the turn was judged over (the `turn_end` event's `time`)."""
     heard: list[tuple[float, str]] = field(default_factory=list)
     """(arrival time, text) of each transcript line that came during this slot."""
+    answered: float | None = None
+    """Monotonic time the first audio of the answer played (`--answer`; None: no answer)."""
+    answered_early: bool = False
+    """An answer began before the clip's speech ended (to a first sentence taken for the command)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -169,6 +176,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="real one-command clips (default: every recording)")
     parser.add_argument("--real-two", type=int, default=None,
                         help="real two-command clips (default: half the recordings, each used once)")
+    parser.add_argument("--answer", action="store_true",
+                        help="run two daemons on a private mosquitto instead of `listen`, answer each "
+                             "transcript, and time end of speech -> first audio of the answer too")
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
@@ -191,7 +201,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     if not clips:
         raise UsageError("no clips: --one, --two, --real-one or --real-two must leave at least one")
     load_before = os.getloadavg()
-    measured = measure(clips, passed_on(args), args.logs)
+    measured = measure(clips, passed_on(args), args.logs, answer=args.answer)
     result = summarise(measured, clips)
     result |= {"bench": "turn", "machine": machine(), "load_avg_before": load_before[0],
                "load_avg_after": os.getloadavg()[0], "clips": len(clips)}
@@ -357,6 +367,8 @@ class Listener:
     log: Path | None = None
     reader: threading.Thread | None = None
     writer: int = -1
+    player: Player | None = None
+    """What a daemon's answers play into (`--answer`)."""
 
     def read(self) -> None:
         assert self.proc.stdout is not None
@@ -368,13 +380,18 @@ class Listener:
                 continue  # a log line on stdout is not an event
 
 
-def measure(clips: list[TurnClip], passed: list[str], logs: Path | None = None) -> dict[str, Any]:
+def measure(clips: list[TurnClip], passed: list[str], logs: Path | None = None,
+            answer: bool = False) -> dict[str, Any]:
     """Feed every clip to both ends of turn, live; the slots with their transcripts and each process's
-    CPU and memory. `logs`: where each process's log stays (else it goes with the FIFOs)."""
-    with tempfile.TemporaryDirectory(prefix="edge-bench-turn-") as tmp:
+    CPU and memory. `logs`: where each process's log stays (else it goes with the FIFOs). `answer`:
+    the processes are daemons that answer each transcript (`benchmarks.turnanswer`)."""
+    with tempfile.TemporaryDirectory(prefix="edge-bench-turn-") as tmp, ExitStack() as stack:
         if logs is not None:
             logs.mkdir(parents=True, exist_ok=True)
-        listeners = [start_listener(end, Path(tmp), passed, logs or Path(tmp)) for end in ENDS]
+        if answer:
+            listeners = answering(Path(tmp), passed, logs or Path(tmp), stack)
+        else:
+            listeners = [start_listener(end, Path(tmp), passed, logs or Path(tmp)) for end in ENDS]
         try:
             for listener in listeners:
                 listener.writer = open_writer(listener)
@@ -389,9 +406,42 @@ def measure(clips: list[TurnClip], passed: list[str], logs: Path | None = None) 
             for listener in listeners:
                 stop(listener)
     for listener in listeners:
-        assign(listener, [s for s in slots if s.end == listener.end])
+        mine = [s for s in slots if s.end == listener.end]
+        assign(listener, mine)
+        if listener.player is not None:
+            for slot, after in zip(mine, [*mine[1:], None], strict=True):
+                until = after.started if after is not None else float("inf")
+                slot.answered, slot.answered_early = first_answer(listener.player.audible, slot.started,
+                                                                  slot.speech_written, until)
     return {"slots": slots, "cpu_s": cpu, "wall_s": wall, "peak_rss_mb": rss, "idle_cores": idle_cpu,
-            "errors": {lst.end: lst.proc.returncode for lst in listeners}}
+            "errors": {lst.end: lst.proc.returncode for lst in listeners}, "answer": answer}
+
+
+def answering(tmp: Path, passed: list[str], logs: Path, stack: ExitStack) -> list[Listener]:
+    """Two daemons on a private mosquitto, their players, and the client answering their transcripts
+    (closed by `stack`, after the daemons: `stop`)."""
+    broker = LocalBroker(tmp / "broker", persistence=False).start()
+    stack.callback(broker.stop)
+    listeners: list[Listener] = []
+    by_device: dict[str, Listener] = {}
+
+    def heard(device_id: str, arrived: float, doc: dict[str, Any]) -> None:
+        if device_id in by_device:
+            by_device[device_id].lines.append((arrived, doc))
+
+    answerer = Answerer(broker.url, heard)
+    stack.callback(answerer.close)
+    for end in ENDS:
+        fifo = tmp / f"{end}.pcm"
+        os.mkfifo(fifo)
+        player = Player(tmp / f"{end}.out").start()
+        stack.callback(player.close)
+        proc = start_daemon(end, fifo, player.path, url=broker.url, tmp=tmp, passed=passed,
+                            log=logs / f"{end}.log")
+        listener = Listener(end, fifo, proc, log=logs / f"{end}.log", player=player)
+        by_device[device(end)] = listener
+        listeners.append(listener)
+    return listeners
 
 
 def start_listener(end: str, tmp: Path, passed: list[str], logs: Path) -> Listener:
@@ -556,6 +606,8 @@ def summarise(measured: dict[str, Any], clips: list[TurnClip]) -> dict[str, Any]
         "two_sentence_words_kept_ge_vad": not model["words_kept_two"] < vad["words_kept_two"],
         "rss_le_330_mb": processes["model"]["peak_rss_mb"] <= 330.0,
     }
+    if "answer_p50_s" in model:
+        result["goals"]["answer_p50_le_0.45"] = model["answer_p50_s"] <= 0.45
     return result
 
 
@@ -565,6 +617,7 @@ def figures(slots: list[Slot], measured: dict[str, Any], end: str) -> dict[str, 
     vad_lag: list[float] = []
     decided: list[float] = []
     by_kind: dict[str, list[float]] = {"one": [], "two": []}
+    answers: list[float] = []
     for slot in slots:
         text = final_text(slot)
         got, of = kept(" ".join(slot.clip.sentences), text)
@@ -585,7 +638,14 @@ def figures(slots: list[Slot], measured: dict[str, Any], end: str) -> dict[str, 
             vad_lag.append(slot.vad_end_s - slot.speech_end_s)
             decided.append(slot.decided_s - slot.speech_end_s)
         by_kind["two" if len(slot.clip.sentences) > 1 else "one"].append(latency)
-    return {
+        if slot.answered is not None and not slot.answered_early:
+            answers.append(slot.answered - slot.speech_written)
+    answered = {} if not measured.get("answer") else {
+        "answer_p50_s": percentile(answers, 50), "answer_p90_s": percentile(answers, 90),
+        "answers_timed": len(answers), "answered_early": sum(s.answered_early for s in slots),
+        "unanswered": sum(s.answered is None for s in slots if s.heard),
+        "answer_latencies_s": [round(x, 3) for x in answers]}
+    return answered | {
         "turns": len(slots), "p50_s": percentile(latencies, 50), "p90_s": percentile(latencies, 90),
         "p50_one_s": percentile(by_kind["one"], 50), "p50_two_s": percentile(by_kind["two"], 50),
         "words_kept": kept_words / total_words if total_words else float("nan"),
@@ -627,6 +687,14 @@ def report(result: dict[str, Any]) -> list[str]:
                          f"{r['p50_one_s']:8.3f} {r['p50_two_s']:8.3f} {r['words_kept']:6.3f} "
                          f"{r['words_kept_two']:7.3f} {r['cut_short']:4d} {r['missed']:5d} "
                          f"{r['cpu_cores']:6.3f} {r['peak_rss_mb']:7.1f}")
+    for kind in kinds:
+        for end in ENDS:
+            r = result[kind][end]
+            if "answer_p50_s" in r:
+                lines.append(f"  {kind} {end}: end of speech -> first answer audio p50 "
+                             f"{r['answer_p50_s']:.3f} s, p90 {r['answer_p90_s']:.3f} s over "
+                             f"{r['answers_timed']} turns; answered while the speech went on: "
+                             f"{r['answered_early']}; no answer: {r['unanswered']}")
     for kind in kinds:
         ratios = result[kind]
         lines.append(f"  {kind}: model / vad p50 {ratios['ratio_p50']:.2f}, p90 {ratios['ratio_p90']:.2f}")
