@@ -136,3 +136,12 @@ def test_bench_turn_reports_both_ends_side_by_side(whisper_dir, turn_model, shar
     assert report["goals"]["on"] == "real"  # real speech decides
     assert {"on", "p50_le_0.30", "p90_le_0.50", "two_sentence_words_kept_ge_vad", "rss_le_330_mb"} == set(
         report["goals"])
+
+
+def test_bench_turn_refuses_a_missing_real_folder_and_a_run_with_no_clips(
+        turn_model, piper_voice, shared_cache, tmp_path: Path):
+    cache = ["--set", f"models.cache_dir={shared_cache}"]
+    missing = run_cli("bench", "turn", "--real", str(tmp_path / "nowhere"), *cache, timeout=300)
+    assert missing.returncode == 2 and "--real: " in missing.stderr and "is not a folder" in missing.stderr
+    empty = run_cli("bench", "turn", "--real", "none", "--one", "0", "--two", "0", *cache, timeout=300)
+    assert empty.returncode == 2 and "no clips" in empty.stderr, empty.stderr

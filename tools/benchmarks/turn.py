@@ -187,17 +187,8 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         raise UsageError(f"--one 0..{len(ONE_SENTENCE)} and --two 0..{len(TWO_SENTENCES)}")
     if ctx.store.locate(MODEL_ID) is None:
         raise UsageError(f"the end-of-turn model is not present: run `edge-agent models fetch {MODEL_ID}`")
-    clips: list[TurnClip] = []
-    if args.real != "none":
-        recordings = load_recordings(Path(args.real), make_classifier(ctx.settings.vad, ctx.store))
-        one = len(recordings) if args.real_one is None else args.real_one
-        two = len(recordings) // 2 if args.real_two is None else args.real_two
-        if not (0 <= one <= len(recordings) and 0 <= two <= len(recordings) // 2):
-            raise UsageError(f"--real-one 0..{len(recordings)} and --real-two 0..{len(recordings) // 2} "
-                             f"({len(recordings)} recordings in {args.real})")
-        wake = trimmed(Voices(ctx, kokoro=False).say(WAKE_VOICE, WAKE))
-        clips += real_clips(recordings, wake, one, two)
-    clips += make_clips(ctx, args.voices.split(","), args.one, args.two)
+    speaker = Voices(ctx, kokoro=False)
+    clips = real_set(ctx, args, speaker) + make_clips(speaker, args.voices.split(","), args.one, args.two)
     if not clips:
         raise UsageError("no clips: --one, --two, --real-one or --real-two must leave at least one")
     load_before = os.getloadavg()
@@ -209,6 +200,19 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
+def real_set(ctx: Context, args: argparse.Namespace, speaker: Voices) -> list[TurnClip]:
+    """The real clips `--real`, `--real-one` and `--real-two` ask for."""
+    if args.real == "none":
+        return []
+    recordings = load_recordings(Path(args.real), make_classifier(ctx.settings.vad, ctx.store))
+    one = len(recordings) if args.real_one is None else args.real_one
+    two = len(recordings) // 2 if args.real_two is None else args.real_two
+    if not (0 <= one <= len(recordings) and 0 <= two <= len(recordings) // 2):
+        raise UsageError(f"--real-one 0..{len(recordings)} and --real-two 0..{len(recordings) // 2} "
+                         f"({len(recordings)} recordings in {args.real})")
+    return real_clips(recordings, trimmed(speaker.say(WAKE_VOICE, WAKE)), one, two)
+
+
 def passed_on(args: argparse.Namespace) -> list[str]:
     """Our config and overrides, so `listen` runs as configured."""
     passed = ["--config", args.config] if getattr(args, "config", None) else []
@@ -217,9 +221,8 @@ def passed_on(args: argparse.Namespace) -> list[str]:
     return passed
 
 
-def make_clips(ctx: Context, voices: list[str], one: int, two: int) -> list[TurnClip]:
-    """The clips, synthesized once into the clip cache (`benchmarks.wake.Voices`)."""
-    speaker = Voices(ctx, kokoro=False)
+def make_clips(speaker: Voices, voices: list[str], one: int, two: int) -> list[TurnClip]:
+    """The synthetic clips, synthesized once into the clip cache (`benchmarks.wake.Voices`)."""
     known = speaker.names(kokoro=False)
     clips = []
     for voice in voices:
