@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import time
@@ -9,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from benchmarks.turnanswer import OUTPUT_RATE, Answerer, Player, first_answer
 from tests.mqtt_support import Producer, Watcher, wait_until
+from tests.speech_fixtures import run_cli
 
 
 def test_the_player_times_an_answers_first_audible_sample_as_played_from_its_first_byte(tmp_path: Path):
@@ -58,3 +61,19 @@ def test_each_transcript_of_a_turn_is_answered_with_its_conversation_id(broker: 
     assert answer["conversation_id"] == "c1" and answer["text"] and answer["id"].startswith("answer-")
     assert heard == [("dev1", {"event": "transcript", "text": "turn on the lights", "start": 1.0, "end": 2.0,
                                "ts": 0.0, "conversation_id": "c1"})]
+
+
+@pytest.mark.bench
+def test_bench_turn_answer_times_the_daemons_answer_after_its_transcript(
+        whisper_dir, turn_model, shared_cache):
+    result = run_cli("bench", "turn", "--answer", "--json", "--real", "none", "--one", "1", "--two", "0",
+                     "--voices", "piper:joe", "--set", f"asr.model={whisper_dir}",
+                     "--set", f"models.cache_dir={shared_cache}", timeout=600)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    for end in ("vad", "model"):
+        figures = report["synthetic"][end]
+        assert figures["answers_timed"] == 1 and figures["answered_early"] == 0, figures
+        # Heard, answered over MQTT, spoken: the answer's first audio comes after the transcript.
+        assert figures["p50_s"] < figures["answer_p50_s"] < figures["p50_s"] + 5.0, figures
+    assert "answer_p50_le_0.45" in report["goals"] and "rss_le_330_mb" not in report["goals"]
