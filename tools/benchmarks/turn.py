@@ -39,7 +39,8 @@ after the speech count against words kept only), turns missed (no transcript), w
 was judged over in the audio (stream time after the speech's end of the first transcript's
 decision, else of the turn's end: what the end of turn decides, whatever the load), and each
 process's CPU (cores used over the whole run: the wake word and the VAD run all along) and peak
-RSS.
+RSS. With `--answer` the processes are daemons that speak an answer to each transcript, and end of
+speech -> first audio of the answer is timed too (`benchmarks.turnanswer`).
 """
 
 from __future__ import annotations
