@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks.clips import COMMANDS, SWEEP_TEXTS, Clip, clips_dir, make_clips
+from benchmarks.clips import COMMANDS, SWEEP_TEXTS, Clip, clips_dir, load_16k, make_clips, piper_clip
 
 RATE = 16000
 WHISPER_SOURCE = "whisper-tiny.en"
@@ -112,6 +112,17 @@ def piper_voice(shared_cache: Path):
 @pytest.fixture(scope="session")
 def piper_clips(clip_cache: Path, piper_voice) -> list[Clip]:
     return make_clips(clip_cache, COMMANDS, ["piper"], piper_voice)
+
+
+@pytest.fixture(scope="session")
+def dinner(clip_cache: Path, piper_voice) -> tuple[np.ndarray, np.ndarray]:
+    """A first sentence complete by itself and a second one: "Okay Nabu. Dinner is ready." "Please
+    come to the table." (synthesized apart, trimmed to their speech; the end-of-turn model judges the
+    first complete, p 0.9-0.99)."""
+    first, second = (load_16k(piper_clip(text, clip_cache, piper_voice))
+                     for text in ("Okay Nabu. Dinner is ready.", "Please come to the table."))
+    voiced = np.nonzero(np.abs(second) > 0.01)[0]
+    return first[:np.nonzero(np.abs(first) > 0.01)[0][-1] + 1], second[voiced[0]:voiced[-1] + 1]
 
 
 def fetch_vad_model(cache: Path) -> Path:

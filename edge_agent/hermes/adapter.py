@@ -8,7 +8,7 @@ Topics and payloads follow Rhasspy's Hermes reference:
 | `hermes/tts/sayFinished` | out | `{id, siteId, sessionId}` once it has been spoken (or could not be) |
 | `hermes/error/tts` | out | `{error, context, siteId, sessionId}`: a say of ours refused unsubmitted |
 | `hermes/hotword/<wakewordId>/detected` | out | `{modelId, modelVersion, modelType, siteId, ...}` |
-| `hermes/asr/textCaptured` | out | `{text, likelihood, seconds, siteId, sessionId, wakewordId}` |
+| `hermes/asr/textCaptured` | out | `{text, likelihood, seconds, siteId, sessionId, wakewordId}`, one a turn |
 
 A say is an announcement like any other (journaled, deduplicated, queued by
 priority) through the trigger-neutral `Announcer`, deduplicated by its Hermes `id`
@@ -26,6 +26,15 @@ came only when it is a string or a safe integer (`echoable`; an integer id is
 `hermes:<digits>`); a say with any other id, or one that does not decode but that a
 tolerant look (`peek`) finds is ours, is refused with `hermes/error/tts` and a
 `sayFinished` whose id is null where it cannot be carried back.
+
+One `textCaptured` per turn, with the whole command, when the turn ends. The end-of-turn model
+publishes a turn's transcript at the first pause it judges complete, and speech that resumes before
+the VAD's hangover sends the whole command again (`Heard.continued`). Rhasspy's dialogue manager acts
+on a session's first `textCaptured` and ends the session, so a second one would lose the second
+sentence, or run a command twice. The turn's transcript is held until its `TurnEnded` and its last
+one goes out: Hermes hears the command when the VAD-only end would have published it, never sooner
+(the model's gain is for the device's own topics and the streams to Home Assistant). A transcript
+outside a turn (`listen.mode: always`) and a remote side's go out at once.
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from typing import Any, Literal
 
 from edge_agent.announce.message import FINAL_STATES, SAFE_INTEGER, loads, peek
 from edge_agent.announce.pipeline import Announcer
-from edge_agent.listen.hearing import Heard, Woke
+from edge_agent.listen.hearing import Heard, TurnEnded, Woke
 from edge_agent.listen.turn import HearObserver, RemoteHeard
 from edge_agent.mqtt.outbox import Message
 
@@ -69,6 +78,8 @@ class HermesAdapter(HearObserver):
         self._pending: OrderedDict[str, tuple[object, object]] = OrderedDict()
         """Announcement id -> the say's own (id, sessionId), for its `sayFinished`."""
         self._pending_lock = threading.Lock()  # the MQTT thread adds, the speaker thread takes
+        self._turn_heard: Heard | None = None
+        """The open turn's latest transcript, published when the turn ends (the listener thread's)."""
 
     def subscriptions(self) -> tuple[str, ...]:
         return (SAY,)
@@ -160,6 +171,17 @@ class HermesAdapter(HearObserver):
         self.wake_detected(event.detection.model, session_id=event.conversation_id)
 
     def heard(self, event: Heard) -> None:
+        if event.conversation_id is None:
+            self._capture(event)  # listen.mode always: no turn, nothing can replace it
+        else:
+            self._turn_heard = event  # a later one of the turn (continued) replaces it
+
+    def turn_ended(self, event: TurnEnded) -> None:
+        heard, self._turn_heard = self._turn_heard, None
+        if heard is not None and heard.conversation_id == event.conversation_id:
+            self._capture(heard)
+
+    def _capture(self, event: Heard) -> None:
         transcript = event.transcript
         self.text_captured(transcript.text, float(transcript.end - transcript.start),
                            wake_word=event.wake_word, session_id=event.conversation_id)

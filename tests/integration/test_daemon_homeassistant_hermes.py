@@ -18,7 +18,7 @@ from edge_agent.asr.transcriber import Transcript
 from edge_agent.audio.wav import read_wav
 from edge_agent.daemon import Daemon, SettingsSource
 from edge_agent.homeassistant.discovery import NOTIFY_TEMPLATE
-from edge_agent.listen import Heard, Woke
+from edge_agent.listen import Heard, TurnEnded, Woke
 from edge_agent.wake.engine import Detection
 from tests.mqtt_support import Producer, ToneSynth, Watcher, device_config, signed, wait_until
 
@@ -165,6 +165,7 @@ def test_hermes_say_for_our_site_is_spoken_once_and_answered_with_say_finished(
         hotword = everything.wait("hermes/hotword/okay_nabu/detected")
         heard = Heard(Transcript("turn on the lights", 1.0, 2.5), "conv-1", "Okay Nabu")
         running.daemon.turns.on_event(heard)
+        running.daemon.turns.on_event(TurnEnded("conv-1", "heard", 3.0))
         captured = everything.wait("hermes/asr/textCaptured")
     finally:
         running.stop()
@@ -175,6 +176,37 @@ def test_hermes_say_for_our_site_is_spoken_once_and_answered_with_say_finished(
     assert captured[0]["sessionId"] == "conv-1" and captured[0]["wakewordId"] == "Okay Nabu"
     assert hotword[0]["modelId"] == "okay_nabu" and hotword[0]["siteId"] == "kitchen"
     assert hotword[0]["sessionId"] == "conv-1"
+
+
+def test_hermes_captures_a_turn_once_with_its_whole_command_when_it_ends(
+        tmp_path: Path, broker: Any, everything: Watcher) -> None:
+    """A transcript published at a pause judged complete, then the whole command again (`continued`)
+    after speech resumed: Rhasspy ends its session on the first `textCaptured`, so only the turn's
+    last transcript goes out, when the turn ends."""
+    running = InProcess(tmp_path, broker, {"hermes.enabled": True, "hermes.site_id": "kitchen",
+                                           "wake.chime": False})
+    turns = running.daemon.turns
+    try:
+        turns.on_event(Woke(Detection("okay_nabu", "Okay Nabu", 0.8, 0.97), "conv-1"))
+        turns.on_event(Heard(Transcript("Dinner is ready.", 1.0, 2.0), "conv-1", "Okay Nabu", early=True))
+        turns.on_event(Heard(Transcript("Dinner is ready. Please come to the table.", 1.0, 3.5), "conv-1",
+                             "Okay Nabu", continued=True))
+        everything.wait("edge/dev1/transcript", count=2)  # both went out on the device's own topic
+        assert everything.find("hermes/asr/textCaptured") == []  # the turn is still open
+        turns.on_event(TurnEnded("conv-1", "heard", 4.0))
+        # A turn that timed out with nothing heard captures nothing; the next turn captures its own.
+        turns.on_event(Woke(Detection("okay_nabu", "Okay Nabu", 5.8, 0.97), "conv-2"))
+        turns.on_event(TurnEnded("conv-2", "timeout", 20.0))
+        turns.on_event(Woke(Detection("okay_nabu", "Okay Nabu", 20.8, 0.97), "conv-3"))
+        turns.on_event(Heard(Transcript("Stop.", 21.0, 21.4), "conv-3", "Okay Nabu"))
+        turns.on_event(TurnEnded("conv-3", "heard", 22.0))
+        # One client publishes them in order: anything conv-1 sent twice would come before conv-3's.
+        captured = everything.wait("hermes/asr/textCaptured", count=2)
+    finally:
+        running.stop()
+    assert [(c["sessionId"], c["text"]) for c in captured] == [
+        ("conv-1", "Dinner is ready. Please come to the table."), ("conv-3", "Stop.")]
+    assert captured[0]["seconds"] == 2.5 and captured[0]["wakewordId"] == "Okay Nabu"
 
 
 def test_a_hermes_say_is_deduplicated_by_its_id_whatever_its_session(

@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks.clips import load_16k, piper_clip
 from edge_agent.config import WakeSettings
+from edge_agent.text.wer import wer
 from edge_agent.wake import WakeEngine
 from tests.mqtt_support import DaemonProcess, Watcher, wait_until
 from tests.speech_fixtures import noise, silence, write_wav
@@ -61,6 +62,31 @@ def test_wake_mode_publishes_one_turn_for_the_wake_phrase_and_nothing_for_other_
     assert heard[0]["wake_word"] == "Okay Nabu"
     assert "kitchen lights" in heard[0]["text"].lower()
     assert (daemon.out_dir / f"wake-{woke[0]['conversation_id']}.wav").is_file()  # the chime
+
+
+def test_a_second_sentence_after_a_pause_judged_complete_reaches_hermes_once_with_the_first(
+        tmp_path, broker, whisper_dir, turn_model, dinner):
+    """The end-of-turn model judges "Dinner is ready." complete and its transcript goes out; the second
+    sentence, said before the VAD's hangover, sends the whole command again (`continued`). Hermes,
+    whose dialogue manager acts on a session's first `textCaptured`, gets one: the whole command."""
+    first, second = dinner
+    wav = write_wav(tmp_path / "room.wav", np.concatenate([silence(0.5), first, silence(0.3), second,
+                                                           silence(2.0)]))
+    watcher = Watcher(broker.url, topic="#")
+    daemon = run_daemon(tmp_path, broker, whisper_dir, wav, "hermes:\n  enabled: true\n  site_id: kitchen\n")
+    try:
+        wait_until(lambda: ended(daemon, "listener ended"), timeout=180, what="the file to be heard")
+        heard = watcher.wait("edge/dev1/transcript", count=2)
+        captured = watcher.wait("hermes/asr/textCaptured")
+        wait_until(lambda: ended(daemon, "running"), what="running")
+    finally:
+        daemon.close()
+        watcher.close()
+    assert [h.get("continued", False) for h in heard] == [False, True], heard
+    assert "table" not in heard[0]["text"].lower()
+    assert len(captured) == 1 and captured[0]["text"] == heard[1]["text"]
+    assert captured[0]["sessionId"] == heard[1]["conversation_id"] and captured[0]["siteId"] == "kitchen"
+    assert wer(["dinner is ready please come to the table"], [captured[0]["text"]]) < 0.3
 
 
 def test_a_corrupt_custom_wake_model_is_reported_and_nothing_is_transcribed(

@@ -332,16 +332,6 @@ def test_the_end_of_turn_model_ends_a_complete_command_at_the_pause_with_the_sam
     assert ender.stats.complete >= 1
 
 
-@pytest.fixture(scope="module")
-def dinner(clip_cache: Path, piper_voice) -> tuple[np.ndarray, np.ndarray]:
-    """A first sentence complete by itself and a second one: "Okay Nabu. Dinner is ready." "Please
-    come to the table." (synthesized apart; the model judges the first complete, p 0.9-0.99)."""
-    first, second = (load_16k(piper_clip(text, clip_cache, piper_voice))
-                     for text in ("Okay Nabu. Dinner is ready.", "Please come to the table."))
-    voiced = np.nonzero(np.abs(second) > 0.01)[0]
-    return first[:np.nonzero(np.abs(first) > 0.01)[0][-1] + 1], second[voiced[0]:voiced[-1] + 1]
-
-
 def test_a_second_sentence_after_a_pause_judged_complete_is_the_turns_continuation(
         whisper, wake_engine, dinner, ender):
     first, second = dinner
