@@ -12,31 +12,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.clips import load_16k, piper_clip
 from edge_agent.audio.beamform import FRAME, HOP, PRESETS, Beamformer, parse_geometry
 from edge_agent.audio.settings import AudioSettings
 from edge_agent.audio.sources import PipeSource, WavFileSource, release_pipes
+from edge_agent.text.wer import words
 from tests.speech_fixtures import run_cli, silence, write_wav
 
 RATE = 16000
 LATENCY = FRAME - HOP
-TALKER = "Okay Nabu, turn on the kitchen lights."
-BABBLE = ("What is the weather like tomorrow?", "Set a timer for ten minutes.",
-          "Play some music in the living room.")
-
-
 REAL = Path(__file__).resolve().parents[1] / "data" / "real" / "wake"
 REAL_TALKER = REAL / "alexa" / "0.flac"
 REAL_BABBLE = (REAL / "near" / "computer" / "8e565da3-7a12-4095-89d9-8f37cabcce91.flac",
                REAL / "near" / "snowboy" / "11874e00-d382-4e7f-9261-f9b7aa7e100a.flac",
                REAL / "near" / "view_glass" / "11c839b8-0b6d-4b0c-9e3f-82524f2c0515.flac")
 """Four real people (`tests/data/real/NOTICE.md`): one talks to the device, three others at once."""
-
-
-@pytest.fixture(scope="module")
-def voices(clip_cache: Path, piper_voice) -> dict[str, np.ndarray]:
-    """Our Piper voice, where a test needs a whole command said after the wake phrase."""
-    return {text: load_16k(piper_clip(text, clip_cache, piper_voice)) for text in (TALKER, *BABBLE)}
 
 
 def real(path: Path) -> np.ndarray:
@@ -204,15 +193,20 @@ def test_a_channel_count_the_geometry_lacks_hears_the_loudest_channel():
     assert corr(out[LATENCY + 2000:], x[2000:]) > 0.99
 
 
-def stereo(voices: dict[str, np.ndarray]) -> np.ndarray:
-    """The talker on two microphones, the second 2 samples later, with a little noise on each."""
-    x = np.concatenate([silence(0.5), voices[TALKER], silence(2.0)]).astype(np.float32)
+REAL_COMMAND = REAL.parent / "commands" / "what time is it.flac"
+
+
+def stereo() -> np.ndarray:
+    """A real person saying "Alexa" and another asking "what time is it" on two microphones, the
+    second 2 samples later, with a little noise on each."""
+    x = np.concatenate([silence(0.5), real(REAL_TALKER), silence(0.4), real(REAL_COMMAND),
+                        silence(2.0)]).astype(np.float32)
     rng = np.random.default_rng(5)
     return np.c_[x, delayed(x, 2)] + rng.standard_normal((x.size, 2)).astype(np.float32) * 0.002
 
 
-def test_a_stereo_file_heard_through_the_front_end_as_a_wav_source(tmp_path, voices):
-    frames = stereo(voices)
+def test_a_stereo_file_heard_through_the_front_end_as_a_wav_source(tmp_path):
+    frames = stereo()
     path = write_wav(tmp_path / "board.wav", frames, channels=2)
     source = WavFileSource(path, mic_geometry="respeaker_2mic")
     out = np.concatenate(list(source.blocks()))
@@ -244,10 +238,11 @@ def test_an_odd_channel_count_on_the_input_pipe_is_heard_on_its_loudest_channel(
 
 
 def test_listen_front_end_over_a_file_gives_the_events_of_the_same_audio_on_the_input_pipe(
-        tmp_path, voices, whisper_dir):
-    frames = stereo(voices)
+        tmp_path, whisper_dir):
+    frames = stereo()
     wav = write_wav(tmp_path / "board.wav", frames, channels=2)
     device = ["--set", f"asr.model={whisper_dir}", "--set", "audio.mic_geometry=respeaker_2mic",
+              "--set", "wake.models=[alexa]",
               "--set", "audio.noise_suppression=2", "--set", "audio.auto_gain_dbfs=10"]
     from_file = run_cli("listen", "--json", "--input", str(wav), "--front-end", *device)
     assert from_file.returncode == 0, from_file.stderr
@@ -263,17 +258,19 @@ def test_listen_front_end_over_a_file_gives_the_events_of_the_same_audio_on_the_
         # A transcript and a turn's end are decided at the end of the block that carries the
         # decision (a file's blocks are 0.5 s, the pipe's 30 ms, with or without the front end),
         # and a complete turn stays open for the hangover after its transcript: their times are
-        # compared to within one file block.
+        # compared to within one file block. The gain adapts block by block, so Whisper may hear a
+        # sample or two differently: the words are compared, not their capitals.
         docs = [json.loads(line) for line in out.splitlines()]
-        return [(d["event"], d.get("model"), d.get("reason"), d.get("text"), d.get("start"), d.get("end"),
-                 d.get("time") if d["event"] not in decided else None) for d in docs]
+        return [(d["event"], d.get("model"), d.get("reason"), " ".join(words(d.get("text") or "")),
+                 d.get("start"), d.get("end"), d.get("time") if d["event"] not in decided else None)
+                for d in docs]
 
     def ends(out: str) -> list[float]:
         return [d["time"] for d in map(json.loads, out.splitlines()) if d["event"] in decided]
 
     heard = events(from_file.stdout)
     assert [e[0] for e in heard] == ["wake", "transcript", "turn_end"]
-    assert "kitchen lights" in str(heard[1][3]).lower()
+    assert "time is it" in str(heard[1][3]).lower()
     assert heard == events(live.stdout.decode())
     assert ends(from_file.stdout) == pytest.approx(ends(live.stdout.decode()), abs=0.5)
 
