@@ -40,9 +40,10 @@ def test_real_bench_reports_each_condition_per_array_and_front_end(tmp_path: Pat
     assert sweep["detected"]["dry"]["1 mic"]["off"][str(report["window"])][at] == 1.0
     assert report["problems"] == []  # a healthy simulated board: no channel fell back
     assert all(0 < v < 50 for v in report["cpu_percent"].values())
-    # The beam held on the talker, per condition with noise, for the one board asked for.
+    # The beam held on the talker and the bank of fixed beams, per condition with noise, for the one
+    # board asked for.
     assert set(report["oracle"]) == set(report["conditions"][1:])
-    assert all(set(row) == {"2 mic superdirective"} for row in report["oracle"].values())
+    assert all(set(row) == {"2 mic superdirective", "2 mic bank of 5"} for row in report["oracle"].values())
     words = report["near_miss"]["words"]
     assert set(words) == {"computer", "jarvis", "smart_mirror", "snowboy", "view_glass"}
     assert all(row["dry"]["alexa"] == 0 for row in words.values())  # nobody said "Alexa"
