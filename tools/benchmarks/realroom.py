@@ -11,7 +11,9 @@ quarters (`tune`) or all: cutoffs are chosen on `tune` and reported on `held-out
 `--near DIR`: every built-in wake model listens to other words said by real people (each
 subfolder of DIR a word, its clips as above), dry and in the quiet room, and the bench counts who
 woke on what. `--sweep`: besides the detection at the model's cutoff, the detection each cell
-would have at other cutoffs and windows (from the model's probabilities, one run).
+would have at other cutoffs and windows (from the model's probabilities, one run). `--oracle`:
+each board's superdirective beam held on the talker (what perfect steering would buy) and a bank
+of fixed beams, each heard by the wake model (what a device that does not steer could get).
 
 The room is `bench hear --room`'s
 (pyroomacoustics, 5 x 4 x 2.7 m, RT60 0.45 s by Sabine, the device by a wall, talkers 1-3 m away,
