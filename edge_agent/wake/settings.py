@@ -18,7 +18,7 @@ class WakeSettings:
     model's `.json`, whose `model` key names its `.tflite` beside it."""
     probability_cutoff: dict[str, float] = field(default_factory=dict)
     """Per model name (the `.tflite`'s stem): fire above this probability instead of the default: the
-    model's own, except `alexa`'s 0.7 (its own 0.9), chosen on recordings of real people."""
+    model's own, except `alexa`'s 0.85 (its own 0.9), chosen on recordings of real people."""
     sliding_window: dict[str, int] = field(default_factory=dict)
     """Per model name: average this many of its probabilities (one per 30 ms) instead of the model's
     own number (5 for the built-in ones). A longer window with a lower cutoff can keep detection with

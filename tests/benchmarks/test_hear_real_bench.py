@@ -22,7 +22,7 @@ def test_real_bench_reports_each_condition_per_array_and_front_end(tmp_path: Pat
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["mode"] == "real" and report["clips"] == 2 and report["babble_clips"] == 24
-    assert (report["model"], report["cutoff"], report["split"]) == ("alexa", 0.7, "all")
+    assert (report["model"], report["cutoff"], report["split"]) == ("alexa", 0.85, "all")
     detected = report["detected"]
     assert report["conditions"] == ["dry", "room (fan 30 dB)", "fan 10 dB", "three talkers 10 dB", "fan 0 dB"]
     assert set(detected) == set(report["conditions"])

@@ -57,7 +57,7 @@ def test_alexa_s_cutoff_is_the_one_chosen_on_real_people_and_the_config_still_ov
     from edge_agent.wake.models import TUNED_CUTOFFS, read_config, resolve
 
     own = read_config(builtin_dir() / "alexa.json", builtin=True).probability_cutoff
-    assert (own, TUNED_CUTOFFS) == (0.9, {"alexa": 0.7})
-    assert resolve("alexa").probability_cutoff == 0.7
+    assert (own, TUNED_CUTOFFS) == (0.9, {"alexa": 0.85})
+    assert resolve("alexa").probability_cutoff == 0.85
     assert resolve("alexa", {"alexa": 0.95}).probability_cutoff == 0.95
     assert resolve("okay_nabu").probability_cutoff == 0.85  # its own: no real "Okay Nabu" to tune on
