@@ -123,6 +123,20 @@ def load_16k(path: Path) -> Samples:
     return audio
 
 
+def read_recording(path: Path) -> Samples:
+    """A recording (WAV, FLAC, any rate and channels) as 16 kHz mono float32, its channels averaged;
+    an `AudioError` naming the file where it does not decode or holds no audio."""
+    import soundfile  # a dependency of the device (ESPHome media)
+
+    try:
+        data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+    except (RuntimeError, ValueError, soundfile.LibsndfileError) as exc:
+        raise AudioError(f"{path.name}: not a readable recording ({exc})") from None
+    if data.shape[0] == 0:
+        raise AudioError(f"{path.name}: not a readable recording (no audio)")
+    return resample(data.mean(axis=1).astype(np.float32), int(rate), RATE)
+
+
 @lru_cache(maxsize=64)
 def _read_16k(path: Path) -> Samples:
     # Clips never change once written, and the exporter reads each one several times.

@@ -51,17 +51,17 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.clips import read_recording
 from benchmarks.report import emit, machine
 from benchmarks.rnnoise import RNNoise, library
 from benchmarks.room import FLOOR, MIC_M, NOISE_M, RATE, ROOM_M, SPEECH_RMS, TALKER_M, place, through
 from benchmarks.wake import speech_rms
 from edge_agent.audio.beamform import PRESETS, SPEED_OF_SOUND, Beamformer
 from edge_agent.audio.frames import Samples
-from edge_agent.audio.resample import resample
 from edge_agent.audio.sources import open_source
 from edge_agent.commands.context import Context
 from edge_agent.config import Settings, WakeSettings
-from edge_agent.errors import UsageError
+from edge_agent.errors import AudioError, UsageError
 from edge_agent.listen.microphone import open_microphone
 from edge_agent.wake import WakeEngine
 from edge_agent.wake.models import check_all
@@ -135,19 +135,6 @@ def held_out(name: str) -> bool:
     return zlib.crc32(name.encode()) % 4 == 0
 
 
-def read_clip(path: Path) -> Samples | None:
-    """A recording as 16 kHz mono float (channels averaged), or None where it does not decode."""
-    import soundfile
-
-    try:
-        data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
-    except (RuntimeError, ValueError, soundfile.LibsndfileError):
-        return None
-    if data.shape[0] == 0:
-        return None
-    return resample(data.mean(axis=1).astype(np.float32), int(rate), RATE)
-
-
 def read_folder(directory: Path, recursive: bool = False) -> tuple[list[tuple[str, Samples]], list[str]]:
     """The clips of a folder in name order, and the names of those that did not decode."""
     if recursive:  # folders linked in are followed (`Path.rglob` does not follow them before 3.13)
@@ -156,11 +143,10 @@ def read_folder(directory: Path, recursive: bool = False) -> tuple[list[tuple[st
         found = list(directory.glob("*"))
     clips, unreadable = [], []
     for path in sorted(p for p in found if p.suffix.lower() in SUFFIXES and p.is_file()):
-        audio = read_clip(path)
-        if audio is None:
+        try:
+            clips.append((str(path.relative_to(directory)), read_recording(path)))
+        except AudioError:
             unreadable.append(path.name)
-        else:
-            clips.append((str(path.relative_to(directory)), audio))
     return clips, unreadable
 
 

@@ -61,14 +61,14 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.clips import load_16k
+from benchmarks.clips import load_16k, read_recording
 from benchmarks.report import emit, machine, percentile
 from benchmarks.turnanswer import Answerer, Player, device, first_answer, start_daemon
 from benchmarks.wake import Voices
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.wav import to_pcm16
 from edge_agent.commands.context import Context
-from edge_agent.errors import UsageError
+from edge_agent.errors import AudioError, UsageError
 from edge_agent.listen.endofturn import MODEL_ID
 from edge_agent.mqtt.localbroker import LocalBroker
 from edge_agent.text.wer import words
@@ -273,16 +273,10 @@ def load_recording(path: Path) -> Samples:
     """A recording as 16 kHz mono float32: WAV through the clips' reader, FLAC through soundfile."""
     if path.suffix.lower() == ".wav":
         return load_16k(path)
-    import soundfile  # a dependency of the device (ESPHome media); only the FLAC recordings need it
-
-    from edge_agent.audio.resample import resample
-
     try:
-        data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
-    except (RuntimeError, soundfile.LibsndfileError) as exc:
-        raise UsageError(f"--real: {path.name}: not a readable recording ({exc})") from None
-    audio: Samples = resample(data.mean(axis=1).astype(np.float32), rate, RATE)
-    return audio
+        return read_recording(path)
+    except AudioError as exc:
+        raise UsageError(f"--real: {exc}") from None
 
 
 def speech_bounds(audio: Samples) -> tuple[int, int] | None:
