@@ -91,6 +91,25 @@ def test_the_real_commands_of_the_repository_load_with_their_speech_found():
         assert 0.4 <= r.speech_end / RATE <= 3.2, r.text
 
 
+def test_a_folders_references_name_what_recordings_named_by_id_say(tmp_path: Path):
+    """A corpus names its files by id: `references.json` says what each one says; a file it does not
+    list is still named by what it says."""
+    source = sorted(REAL_DIR.glob("*.flac"))[:2]
+    (tmp_path / "a1b2.flac").write_bytes(source[0].read_bytes())
+    (tmp_path / source[1].name).write_bytes(source[1].read_bytes())
+    (tmp_path / "references.json").write_text(json.dumps({"a1b2.flac": "iced mocha, light roast"}))
+    recordings = load_recordings(tmp_path, WebRtcClassifier(2))
+    assert [r.text for r in recordings] == ["iced mocha, light roast", source[1].stem]
+
+
+@pytest.mark.parametrize("content", ["{not json", '["a list"]', '{"a1b2.flac": ""}', '{"a1b2.flac": 3}'])
+def test_unreadable_references_are_a_usage_error(tmp_path: Path, content: str):
+    (tmp_path / "a1b2.flac").write_bytes(sorted(REAL_DIR.glob("*.flac"))[0].read_bytes())
+    (tmp_path / "references.json").write_text(content)
+    with pytest.raises(UsageError, match="references.json"):
+        load_recordings(tmp_path, WebRtcClassifier(2))
+
+
 def test_a_folder_without_readable_recordings_is_a_usage_error(tmp_path: Path):
     with pytest.raises(UsageError, match=r"no \.flac or \.wav"):
         load_recordings(tmp_path, WebRtcClassifier(2))

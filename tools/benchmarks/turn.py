@@ -17,7 +17,8 @@ Clips, real and synthetic, reported apart (real speech decides; the synthetic fi
 beside them):
 
 - real (`--real`, default the repository's `tests/data/real/commands/`, 31 commands of one
-  person, each file named by what is said): each recording whole, with the room noise it has
+  person, each file named by what is said; a folder's `references.json` can say it instead, for a
+  corpus whose files are named by id): each recording whole, with the room noise it has
   before and after the speech, after a synthetic "Okay Nabu." (Piper's joe: the wake phrase only
   opens the turn, and the command is what is measured); and two of them joined, the first up to
   0.4-0.8 s after its speech (its own noise fills the pause), the second from just before its
@@ -123,6 +124,8 @@ REAL_RUN = 3
 REAL_LEAD_S = 0.05
 """Kept before the speech of a second real command (its onset may be softer than a frame)."""
 KINDS = ("real", "synthetic")
+REFERENCES = "references.json"
+"""In a folder of real recordings: what each one says, where the file names do not."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--voices", default=",".join(VOICES),
                         help="comma-separated voices (default %(default)s)")
     parser.add_argument("--real", default=str(REAL_DIR) if REAL_DIR.is_dir() else "none",
-                        help="folder of real commands, FLAC or WAV named by what is said, or 'none' "
+                        help="folder of real commands, FLAC or WAV named by what is said (or listed with "
+                             "it in the folder's references.json), or 'none' "
                              "(default %(default)s)")
     parser.add_argument("--real-one", type=int, default=None,
                         help="real one-command clips (default: every recording)")
@@ -252,21 +256,39 @@ class Recording:
 
 
 def load_recordings(directory: Path, vad: FrameClassifier) -> list[Recording]:
-    """The real commands in `directory` (`*.flac`, `*.wav`; the name without its suffix is what is said),
-    in name order; `vad` finds where their speech starts."""
+    """The real commands in `directory` (`*.flac`, `*.wav`), in name order, each with what is said: its
+    entry in the folder's `references.json` (`{"file name": "reference text"}`, where the names are
+    not the texts: a corpus's ids), else its name without the suffix; `vad` finds where their speech
+    starts."""
     if not directory.is_dir():
         raise UsageError(f"--real: {directory} is not a folder")
     paths = sorted(p for p in directory.iterdir() if p.suffix.lower() in (".flac", ".wav"))
     if not paths:
         raise UsageError(f"--real: no .flac or .wav recordings in {directory}")
+    references = load_references(directory / REFERENCES)
     recordings = []
     for path in paths:
         audio = load_recording(path)
         bounds, onset = speech_bounds(audio), speech_onset(audio, vad)
         if bounds is None or onset is None:
             raise UsageError(f"--real: {path.name}: no speech heard in it")
-        recordings.append(Recording(path.stem, audio, bounds[1], min(onset, bounds[1] - 1)))
+        text = references.get(path.name, path.stem)
+        recordings.append(Recording(text, audio, bounds[1], min(onset, bounds[1] - 1)))
     return recordings
+
+
+def load_references(path: Path) -> dict[str, str]:
+    """`references.json` of a folder of recordings: file name -> what is said ({} when there is none)."""
+    if not path.exists():
+        return {}
+    try:
+        references = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"--real: {path}: not readable JSON ({exc})") from None
+    if not isinstance(references, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in references.items()):
+        raise UsageError(f"--real: {path}: must map each file name to a non-empty reference text")
+    return references
 
 
 def load_recording(path: Path) -> Samples:
