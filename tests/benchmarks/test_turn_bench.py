@@ -106,7 +106,7 @@ def test_a_folders_references_name_what_recordings_named_by_id_say(tmp_path: Pat
 def test_unreadable_references_are_a_usage_error(tmp_path: Path, content: str):
     (tmp_path / "a1b2.flac").write_bytes(sorted(REAL_DIR.glob("*.flac"))[0].read_bytes())
     (tmp_path / "references.json").write_text(content)
-    with pytest.raises(UsageError, match="references.json"):
+    with pytest.raises(UsageError, match=r"references\.json"):
         load_recordings(tmp_path, WebRtcClassifier(2))
 
 

@@ -13,7 +13,8 @@ extras and are skipped where they are not installed. Also measured: the WER of o
 default variant when every input is padded to 30 s as Whisper does (the cost of
 the bucket padding), end-of-speech -> transcript latency through the VAD and the
 listener, webrtcvad vs Silero on the same audio, and the peak RSS of a process with
-VAD + ASR + the local voice loaded.
+VAD + ASR + the local voice loaded. `--real DIR` decodes recordings of real people instead and
+scores the retry rules on them (`benchmarks.asrreal`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import asrreal
 from benchmarks.clips import COMMANDS, ENGINES, Clip, clip_settings, clips_dir, make_clips, sweep_set
 from benchmarks.report import emit, machine, median, percentile
 from edge_agent.asr.manifest import load_manifest
@@ -68,6 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep", action="store_true",
                         help="the exporter's 176-clip sweep (several voices, speeds, a noisy room) "
                              "instead of --clips/--voices: enough words that one cannot rank two engines")
+    parser.add_argument("--real", default=None, metavar="DIR",
+                        help="recordings of real people instead (FLAC/WAV named by what is said, or with "
+                             "a references.json): each decoded in its bucket window and in 30 s, and "
+                             "every retry rule scored on them (benchmarks.asrreal)")
+    parser.add_argument("--split", choices=("all", "tune", "held-out"), default="all",
+                        help="with --real: the recordings to decode (held-out: a fixed quarter by name)")
+    parser.add_argument("--limit", type=int, default=None, help="with --real: at most this many recordings")
 
 
 def measure(engines: dict[str, Transcribe], clips: list[Clip], audio: list[Samples],
@@ -275,6 +284,8 @@ def _clips(ctx: Context, args: argparse.Namespace) -> list[Clip]:
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
+    if args.real is not None:
+        return asrreal.run(ctx, args)
     settings = ctx.settings
     asr = settings.asr
     export_dir = resolve_export_dir(asr, settings.models)

@@ -253,6 +253,8 @@ class Recording:
     """One past the last speech sample (`speech_bounds`)."""
     onset: int
     """The first sample of the first frame the configured VAD hears speech in."""
+    name: str = ""
+    """Its file's name."""
 
 
 def load_recordings(directory: Path, vad: FrameClassifier) -> list[Recording]:
@@ -273,7 +275,7 @@ def load_recordings(directory: Path, vad: FrameClassifier) -> list[Recording]:
         if bounds is None or onset is None:
             raise UsageError(f"--real: {path.name}: no speech heard in it")
         text = references.get(path.name, path.stem)
-        recordings.append(Recording(text, audio, bounds[1], min(onset, bounds[1] - 1)))
+        recordings.append(Recording(text, audio, bounds[1], min(onset, bounds[1] - 1), path.name))
     return recordings
 
 
