@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.clips import load_16k, piper_clip
+from benchmarks.clips import Clip, load_16k, piper_clip
 from benchmarks.turn import (
     PAUSES_S,
     RATE,
@@ -20,12 +20,13 @@ from benchmarks.turn import (
     real_clips,
     speech_bounds,
     summarise,
+    sweep_clips,
     trimmed,
     turn_clip,
 )
 from edge_agent.errors import UsageError
 from edge_agent.vad import WebRtcClassifier
-from tests.speech_fixtures import run_cli, silence
+from tests.speech_fixtures import run_cli, silence, write_wav
 
 COMMAND = "Turn off all the lights downstairs."
 
@@ -58,6 +59,23 @@ def test_a_real_recordings_speech_ends_where_its_level_last_stands_clear_of_its_
     louder = np.concatenate([noisy(0.002, 0.5), tone, noisy(0.03, 1.0, 4)])
     assert abs(speech_bounds(louder)[1] / RATE - 1.3) <= 0.02
     assert speech_bounds(noisy(0.01, 0.1)) is None  # too short to have a noise to stand clear of
+
+
+def test_a_sweep_clip_follows_the_wake_phrase_and_its_speech_ends_by_its_level_over_the_noise(
+        tmp_path: Path):
+    tone = 0.3 * np.sin(np.arange(round(0.8 * RATE)) * 2 * np.pi * 220 / RATE).astype(np.float32)
+    room = np.concatenate([noisy(0.01, 0.5), tone, noisy(0.01, 1.0, 1)])  # noise all through, as the room's
+    path = write_wav(tmp_path / "room.wav", room)
+    wake = np.full(8000, 0.2, dtype=np.float32)
+    (clip,) = sweep_clips([Clip("Lock the front door.", "room:piper@1.0", path)], wake)
+    head = wake.size + round(0.1 * RATE)
+    assert clip.name == "sweep room:piper@1.0 Lock the front door." and not clip.real
+    assert clip.sentences == ("Lock the front door.",)
+    assert abs((clip.last_speech - head) / RATE - 1.3) <= 0.02
+    assert np.allclose(clip.audio[head:], load_16k(path))
+    quiet = write_wav(tmp_path / "quiet.wav", np.zeros(RATE, dtype=np.float32))
+    with pytest.raises(UsageError, match=r"quiet\.wav: no speech"):
+        sweep_clips([Clip("x", "piper@1.0", quiet)], wake)
 
 
 def test_two_real_commands_are_joined_with_the_pause_between_their_speech():

@@ -30,7 +30,10 @@ beside them):
   so none is held out.
 - synthetic: one sentence (the benches' commands), and two sentences with a pause of 0.4-0.8 s
   between them (synthesized apart and joined), by Piper's joe and espeak-ng en-us; their speech
-  ends at the last sample above -40 dBFS.
+  ends at the last sample above -40 dBFS. With `--sweep`, also the exporter's 176 sweep clips (22
+  commands by Piper at three speeds, four espeak-ng voices, and in a noisy reverberant room) after
+  the wake phrase, their speech's end found as a real recording's is (the room's hold noise): the
+  issue's check that no turn is cut off mid-command.
 
 Per end of turn and kind of clip: p50/p90 of end of speech -> transcript, words kept (the
 reference's words found in the last transcript), turns cut short (judged over before the
@@ -62,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.clips import load_16k, read_recording
+from benchmarks.clips import Clip, load_16k, read_recording, sweep_set
 from benchmarks.report import emit, machine, percentile
 from benchmarks.turnanswer import Answerer, Player, device, first_answer, start_daemon
 from benchmarks.wake import Voices
@@ -181,6 +184,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="real one-command clips (default: every recording)")
     parser.add_argument("--real-two", type=int, default=None,
                         help="real two-command clips (default: half the recordings, each used once)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="also the exporter's 176 sweep clips (22 commands by several voices and speeds, "
+                             "and in a noisy room), each after the wake phrase: are any cut short?")
     parser.add_argument("--answer", action="store_true",
                         help="run two daemons on a private mosquitto instead of `listen`, answer each "
                              "transcript, and time end of speech -> first audio of the answer too")
@@ -194,6 +200,8 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         raise UsageError(f"the end-of-turn model is not present: run `edge-agent models fetch {MODEL_ID}`")
     speaker = Voices(ctx, kokoro=False)
     clips = real_set(ctx, args, speaker) + make_clips(speaker, args.voices.split(","), args.one, args.two)
+    if args.sweep:
+        clips += sweep_clips(sweep_set(ctx.store), trimmed(speaker.say(WAKE_VOICE, WAKE)))
     if not clips:
         raise UsageError("no clips: --one, --two, --real-one or --real-two must leave at least one")
     load_before = os.getloadavg()
@@ -359,6 +367,22 @@ def real_clips(recordings: list[Recording], wake: Samples, one: int, two: int) -
         last = head.size + said.size + (second.speech_end - (second.onset - lead)) - 1
         clips.append(TurnClip(f"real {first.text} <{pause} s> {second.text}", audio,
                               (first.text, second.text), last, real=True))
+    return clips
+
+
+def sweep_clips(sweep: list[Clip], wake: Samples) -> list[TurnClip]:
+    """"Okay Nabu." (`wake`) and each clip of the exporter's sweep (synthetic; the room's clips hold
+    noise, so their speech ends by the level against the noise, `speech_bounds`)."""
+    head = np.concatenate([wake, np.zeros(round(0.1 * RATE), dtype=np.float32)])
+    clips = []
+    for clip in sweep:
+        audio = clip.audio()
+        bounds = speech_bounds(audio)
+        if bounds is None:
+            raise UsageError(f"--sweep: {clip.path.name}: no speech heard in it")
+        joined = np.concatenate([head, audio]).astype(np.float32)
+        last = head.size + bounds[1] - 1
+        clips.append(TurnClip(f"sweep {clip.engine} {clip.text}", joined, (clip.text,), last))
     return clips
 
 
