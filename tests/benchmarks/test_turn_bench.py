@@ -14,6 +14,9 @@ from benchmarks.turn import (
     RATE,
     REAL_DIR,
     Recording,
+    Slot,
+    TurnClip,
+    cut_short,
     kept,
     load_recordings,
     measure,
@@ -35,6 +38,22 @@ def test_words_kept_counts_the_references_words_found_once_each():
     assert kept("Call mom. Tell her I'm running late.", "Call mom.") == (2, 7)
     assert kept("Turn it up.", "turn turn it up") == (3, 3)
     assert kept("Set a timer for 10 minutes.", "Set a timer for ten minutes") == (6, 6)
+
+
+def test_a_turn_whose_last_transcript_came_before_the_speech_ended_was_cut_short():
+    clip = TurnClip("real coffee <0.6 s> iced coffee", np.zeros(10, dtype=np.float32),
+                    ("coffee, light roast", "iced coffee, soy milk"), 9, real=True)
+    # The second command's slot words share "coffee" with the first: half its words are "kept".
+    early = Slot("model", clip, speech_written=10.0, speech_end_s=5.0, decided_s=5.2,
+                 heard=[(8.5, "Can I have a light roast coffee?")])
+    assert cut_short(early, *kept(clip.sentences[-1], early.heard[-1][1]))
+    whole = Slot("model", clip, speech_written=10.0, speech_end_s=5.0, decided_s=5.2,
+                 heard=[(8.5, "Can I have a light roast coffee?"),
+                        (10.4, "Can I have a light roast coffee? An iced coffee with soy milk.")])
+    assert not cut_short(whole, *kept(clip.sentences[-1], whole.heard[-1][1]))
+    misheard = Slot("model", clip, speech_written=10.0, speech_end_s=5.0, decided_s=5.3,
+                    heard=[(10.4, "Can I have a light roast coffee? A nice toffee.")])
+    assert not cut_short(misheard, *kept(clip.sentences[-1], misheard.heard[-1][1]))
 
 
 def test_trimmed_drops_the_silence_after_the_speech_and_optionally_before():

@@ -37,9 +37,10 @@ beside them):
 
 Per end of turn and kind of clip: p50/p90 of end of speech -> transcript, words kept (the
 reference's words found in the last transcript), turns cut short (judged over before the
-clip's speech ended, and fewer than half the last sentence's words kept: their latency is left
-out, the speech they ended at is not the clip's end; words Whisper mishears in a turn that ended
-after the speech count against words kept only), turns missed (no transcript), where the turn
+clip's speech ended, and fewer than half the last sentence's words kept, or the last transcript
+out before the clip's speech was: their latency is left out, the speech they ended at is not the
+clip's end; words Whisper mishears in a turn that ended after the speech count against words kept
+only), turns missed (no transcript), where the turn
 was judged over in the audio (stream time after the speech's end of the first transcript's
 decision, else of the turn's end: what the end of turn decides, whatever the load), and each
 process's CPU (cores used over the whole run: the wake word and the VAD run all along) and peak
@@ -674,7 +675,7 @@ def figures(slots: list[Slot], measured: dict[str, Any], end: str) -> dict[str, 
         if not slot.heard:
             missed += 1
             continue
-        if last_got * 2 < last_of and (slot.decided_s is None or slot.decided_s < slot.speech_end_s):
+        if cut_short(slot, last_got, last_of):
             cut += 1  # its end of speech is not the clip's: no latency to measure
             continue
         # The line that completes the turn: a continuation comes after the first transcript, and it
@@ -703,6 +704,16 @@ def figures(slots: list[Slot], measured: dict[str, Any], end: str) -> dict[str, 
         "peak_rss_mb": measured["peak_rss_mb"][end],
         "heard": [[s.clip.name, " | ".join(t for _, t in s.heard)] for s in slots],
     }
+
+
+def cut_short(slot: Slot, last_got: int, last_of: int) -> bool:
+    """Whether the turn ended before the clip's speech: judged over before the speech ended with
+    fewer than half the last sentence's words kept, or its last transcript out before the last
+    speech was written (whatever its words: a reference of a command's slot values, "coffee, light
+    roast", shares words with the command before it)."""
+    if slot.heard and slot.heard[-1][0] < slot.speech_written:
+        return True
+    return last_got * 2 < last_of and (slot.decided_s is None or slot.decided_s < slot.speech_end_s)
 
 
 def final_text(slot: Slot) -> str:
