@@ -37,11 +37,9 @@ class AsrSettings:
     needs seconds of trailing silence to end cleanly; less makes it repeat itself)."""
     retry_logprob: float = -0.35
     """With `bucket` padding: a result whose tokens average a log-probability below this is decoded
-    again in Whisper's own 30 s window (a short window loses or mishears words the model is unsure
-    of), and the surer of the two results is kept. On 619 real commands of more than 50 people
-    (`bench asr --real`), 12 % of them retried: slot words missed 0.130 against 0.142 with no retry;
-    on the exporter's 176 sweep clips (int8, beam 5) -0.6 cost WER 0.135 against the 30 s window's
-    0.116, -0.45 0.126, -0.35 0.116, for 29 % more decoding time."""
+    again in Whisper's own 30 s window, and that result is kept (a short window loses or mishears
+    words the model is unsure of). On the exporter's 176 sweep clips (int8, beam 5) -0.6 cost WER
+    0.135 against the 30 s window's 0.116, -0.45 0.126, -0.35 0.116, for 29 % more decoding time."""
     retry_window_s: float = 30.0
     """With `bucket` padding: the window a degenerate or unsure result is decoded again in (30 s where
     the utterance's own bucket is already as long), 10..30 s. The encoder's working memory grows with

@@ -12,9 +12,7 @@ and Whisper was trained on 30 s windows only. Mostly the transcript is the same;
 the model is unsure it can differ by whole words ("Lock the front door." became "The
 Lachma Front Door"). So a bucket result that is degenerate, or whose tokens average a
 log-probability below `retry_logprob`, is decoded again in a longer window (`retry_window_s`, 30 s
-by default: Whisper's own). A degenerate result is replaced; an unsure one is replaced only by a
-surer one (the higher mean token log-probability, Whisper's own measure), since the longer window
-also mishears what the short one got right.
+by default: Whisper's own).
 
 Decoding follows openai-whisper without timestamps: the prompt is the
 start-of-transcript sequence plus `<|notimestamps|>`, blank output and
@@ -126,9 +124,6 @@ class Recognition:
     fallback: bool = False
     """The short window gave a degenerate or unsure result and this one came from the retry window
     (`asr.retry_window_s`)."""
-    retried: bool = False
-    """Decoded twice: in the short window and in the retry window (whichever result was kept; its
-    timings count both)."""
 
 
 COMPRESSION_RATIO_LIMIT = 2.4
@@ -386,9 +381,7 @@ class WhisperOnnx:
         `beam_size` 1 decodes greedily; more keeps that many hypotheses. With bucket
         padding, a degenerate result (a repetition loop: text that compresses too well,
         or decoding that ran out of tokens) or an unsure one (`Padding.retry_logprob`) is
-        decoded again in the retry window (`Padding.retry_frames`): the retry's result replaces a
-        degenerate one, and an unsure one when it is surer. `retried` says it was decoded twice,
-        `fallback` that the retry's result was kept.
+        decoded again in the retry window (`Padding.retry_frames`), and `fallback` says so.
         """
         pad = padding or Padding("full")
         if audio.size > N_FRAMES * HOP_LENGTH:
@@ -396,25 +389,16 @@ class WhisperOnnx:
         frames = pad.frames(audio.size)
         limit = min(max_tokens, token_budget(audio.size / SAMPLE_RATE))
         result = self._recognize_window(audio, frames, limit, language, beam_size)
-        if frames >= N_FRAMES:
-            return result
-        looped = degenerate(result, limit)
-        if not looped and result.avg_logprob >= pad.retry_logprob:
-            return result
-        retry = pad.retry_frames(frames)
-        log.info("decode at %d frames looks degenerate or unsure (%r, logprob %.2f); again at %d frames",
-                 frames, result.text[:80], result.avg_logprob, retry)
-        full = self._recognize_window(audio, retry, max_tokens, language, beam_size)
-        spent = result.timings
-        timings = Timings(spent.features + full.timings.features, spent.encoder + full.timings.encoder,
-                          spent.decoder + full.timings.decoder)
-        # An unsure result stays when the longer window is less sure still: the retry then mostly
-        # traded words for others ("Set a timer" -> "Senate timer"). A repetition loop never stays,
-        # however sure its tokens (a loop's usually are).
-        if not looped and result.avg_logprob > full.avg_logprob:
-            log.info("kept the first decode: the retry was less sure (logprob %.2f)", full.avg_logprob)
-            return replace(result, timings=timings, retried=True)
-        return replace(full, timings=timings, fallback=True, retried=True)
+        if frames < N_FRAMES and (degenerate(result, limit) or result.avg_logprob < pad.retry_logprob):
+            retry = pad.retry_frames(frames)
+            log.info("decode at %d frames looks degenerate or unsure (%r, logprob %.2f); again at %d frames",
+                     frames, result.text[:80], result.avg_logprob, retry)
+            full = self._recognize_window(audio, retry, max_tokens, language, beam_size)
+            spent = result.timings
+            timings = Timings(spent.features + full.timings.features, spent.encoder + full.timings.encoder,
+                              spent.decoder + full.timings.decoder)
+            return replace(full, timings=timings, fallback=True)
+        return result
 
     def _recognize_window(self, audio: Samples, frames: int, max_tokens: int,
                           language: str | None, beam_size: int) -> Recognition:

@@ -13,12 +13,12 @@ from tests.conftest import run_cli
 REAL = Path(__file__).resolve().parents[1] / "data" / "real" / "commands"
 
 
-def recognition(text: str, logprob: float, retried: bool = False) -> Recognition:
-    return Recognition(text, (1, 2), 0.01, logprob, 600, retried=retried, fallback=retried)
+def recognition(text: str, logprob: float, looped: bool = False) -> Recognition:
+    return Recognition(text, (1, 2), 0.01, logprob, 600, fallback=looped)
 
 
-def decoded(short: Recognition, full: Recognition) -> Decoded:
-    return Decoded("x.flac", "set a timer", short, 0.1, full, 0.4)
+def decoded(short: Recognition, full: Recognition, seconds: float = 2.0) -> Decoded:
+    return Decoded("x.flac", "set a timer", seconds, short, 0.1, full, 0.4)
 
 
 def test_each_rule_gives_what_the_device_would_have_under_it():
@@ -27,12 +27,14 @@ def test_each_rule_gives_what_the_device_would_have_under_it():
     assert outcome(unsure_right, "retry, keep the retry's", -0.35) == ("Senate timer.", 0.5, True)
     assert outcome(unsure_right, "retry, keep the surer", -0.35) == ("Set a timer.", 0.5, True)
     assert outcome(unsure_right, "30 s always", -0.35) == ("Senate timer.", 0.4, False)
+    assert outcome(unsure_right, "retry under 2.5 s", -0.35) == ("Senate timer.", 0.5, True)
+    assert outcome(unsure_right, "retry under 1.5 s", -0.35) == ("Set a timer.", 0.1, False)
     surer_retry = decoded(recognition("Senate timer.", -0.5), recognition("Set a timer.", -0.2))
     assert outcome(surer_retry, "retry, keep the surer", -0.35)[0] == "Set a timer."
     sure = decoded(recognition("Set a timer.", -0.2), recognition("Set a timer.", -0.1))
     assert all(outcome(sure, rule, -0.35)[2] is False for rule in RULES)
     # A loop was retried in its first decode already, under every rule but the 30 s window.
-    loop = decoded(recognition("Set a timer.", -0.3, retried=True), recognition("Set a timer.", -0.3))
+    loop = decoded(recognition("Set a timer.", -0.3, looped=True), recognition("Set a timer.", -0.3))
     assert outcome(loop, "no retry", -0.35) == ("Set a timer.", 0.1, True)
 
 

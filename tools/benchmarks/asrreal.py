@@ -8,10 +8,12 @@ once in its bucket window with no retry, once in Whisper's own 30 s window. From
 every retry rule is scored without decoding again:
 
 - `no retry`: the bucket window's result, unless it is degenerate (a loop is always retried);
-- `retry, keep the retry's`: below `asr.retry_logprob` the 30 s result replaces it (the rule
-  before the surer one was kept);
-- `retry, keep the surer` (the device's rule, `asr.whisper`): the 30 s result only where it is
-  surer (its tokens' mean log-probability is higher);
+- `retry, keep the retry's` (the device's rule, `asr.whisper`): below `asr.retry_logprob` the 30 s
+  result replaces it;
+- `retry, keep the surer`: the 30 s result only where it is surer (its tokens' mean
+  log-probability is higher): Whisper's own measure as the arbiter;
+- `retry under N s`: the device's rule for commands shorter than N seconds (as cut), no retry for
+  longer ones: where the retry's time goes against what it finds;
 - `30 s always` (`asr.padding: full`).
 
 Per rule: WER, words missed (the reference's words not found in the transcript: for a corpus
@@ -47,8 +49,11 @@ BEFORE_S = 0.2
 """Audio kept before the speech, as the VAD's pre-roll keeps it."""
 AFTER_S = 0.3
 """Audio kept after the speech, as the VAD's tail (`vad.segmenter.TAIL_MS`, 200 ms) and its lag keep it."""
-RULES = ("no retry", "retry, keep the retry's", "retry, keep the surer", "30 s always")
-DEVICE_RULE = "retry, keep the surer"
+SHORTER_THAN_S = (1.5, 2.5)
+"""The lengths of the `retry under N s` rules."""
+RULES = ("no retry", "retry, keep the retry's", "retry, keep the surer",
+         *(f"retry under {n:g} s" for n in SHORTER_THAN_S), "30 s always")
+DEVICE_RULE = "retry, keep the retry's"
 NEVER = -1e9
 """A retry cutoff no mean log-probability is below: the bucket window's own result."""
 
@@ -59,6 +64,8 @@ class Decoded:
 
     name: str
     reference: str
+    seconds: float
+    """The command as cut."""
     short: Recognition
     short_s: float
     full: Recognition
@@ -92,7 +99,7 @@ def decode_all(ctx: Context, directory: Path, split: str, limit: int | None) -> 
             started = time.perf_counter()
             full = model.recognize(audio, Padding("full"), max_tokens=asr.max_tokens, beam_size=asr.beam_size)
             full_s = time.perf_counter() - started
-            decoded.append(Decoded(rec.name, rec.text, short, short_s, full, full_s))
+            decoded.append(Decoded(rec.name, rec.text, audio.size / RATE, short, short_s, full, full_s))
             log.info("%d/%d %s: %r (%.2f) | 30 s %r (%.2f)", i + 1, len(chosen), rec.name, short.text,
                      short.avg_logprob, full.text, full.avg_logprob)
     finally:
@@ -104,9 +111,11 @@ def outcome(d: Decoded, rule: str, cutoff: float) -> tuple[str, float, bool]:
     """What `rule` would have given for `d`: (transcript, decode seconds, decoded twice)."""
     if rule == "30 s always":
         return d.full.text, d.full_s, False
-    if d.short.retried:  # degenerate: every rule but the 30 s window retried it already
+    if d.short.fallback:  # degenerate: every rule but the 30 s window retried it already
         return d.short.text, d.short_s, True
     unsure = d.short.avg_logprob < cutoff
+    if rule.startswith("retry under "):
+        unsure = unsure and d.seconds < float(rule.split()[2])
     if rule == "no retry" or not unsure:
         return d.short.text, d.short_s, False
     both = d.short_s + d.full_s
@@ -140,7 +149,7 @@ def score(decoded: list[Decoded], cutoff: float) -> dict[str, dict[str, Any]]:
 def run(ctx: Context, args: argparse.Namespace) -> int:
     decoded = decode_all(ctx, Path(args.real), args.split, args.limit)
     asr = ctx.settings.asr
-    loops = sum(d.short.retried for d in decoded)  # with no unsure retry, only a loop is decoded twice
+    loops = sum(d.short.fallback for d in decoded)  # with no unsure retry, only a loop is decoded twice
     result = {"bench": "asr-real", "recordings": len(decoded), "folder": args.real, "split": args.split,
               "retry_logprob": asr.retry_logprob, "device_rule": DEVICE_RULE, "degenerate": loops,
               "rules": score(decoded, asr.retry_logprob), "machine": machine(),
