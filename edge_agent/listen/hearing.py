@@ -15,7 +15,10 @@ asked at each wake word; when it says yes the turn's audio is not segmented or
 transcribed here but handed on as `Streamed` blocks until `end_turn` (the remote side
 has its transcript) or `listen.command_timeout_s` after the wake word.
 
-A turn starts `listen.lookback_ms` before its wake word (`listen.lookback`).
+A turn starts `listen.lookback_ms` before its wake word (`listen.lookback`). An utterance of the turn
+that ends by `WAKE_TAIL_S` after the detection is the wake phrase itself, never the command: a
+person who waits for the chime after "Okay Nabu" pauses long enough for the VAD to end the phrase's
+tail on its own, and Whisper makes "Okay, now boo" of it.
 
 Decoding during the pause: once the speech has paused for `TAIL_MS` (the tail the VAD
 keeps after speech, so the utterance can no longer change unless speech resumes) it is
@@ -77,6 +80,11 @@ log = logging.getLogger(__name__)
 
 COMPLETE = (".", "?", "!")
 """Sentence ends that let a turn end at the first pause."""
+WAKE_TAIL_S = 0.2
+"""A turn's utterance whose speech ended no later than this after the wake word's detection is the
+wake phrase itself, which the lookback (or a detection mid-phrase) let into the turn, not the
+command: the detection comes 0.05-0.2 s after the phrase's end and the VAD puts that end 0.07-0.18 s
+late, while a command's speech, however short, ends 0.3 s or more after the detection."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +169,14 @@ class _Turn:
     """Stream sample at which the wait for more speech ends the turn."""
     published: tuple[Utterance, str] | None = None
     """The utterance whose transcript went out when the turn was judged complete, and its text."""
+    wake_end: float | None = None
+    """Stream time up to which speech is the wake phrase's own (`WAKE_TAIL_S` after the detection;
+    None: a turn opened without a wake word)."""
+
+    def is_wake_phrase(self, utterance: Utterance) -> bool:
+        """The utterance is the wake phrase (or its tail), not the command: someone who waits for the
+        chime after "Okay Nabu" pauses long enough for the VAD to end it on its own."""
+        return self.wake_end is not None and utterance.end + self.offset <= self.wake_end
 
     def wait_for_more(self, utterance: Utterance, now: int, wait_ms: int, hangover_ms: int) -> bool:
         """The VAD ended an utterance (at stream sample `now`) the model judged incomplete: whether
@@ -298,7 +314,9 @@ class Hearing:
             self.settings.command_timeout_s * SAMPLE_RATE)
         offset = at / SAMPLE_RATE - self.transcribing.position
         audio = TurnAudio() if self.end_of_turn is not None else None
-        self._turn = _Turn(conversation_id, wake_word, deadline, offset, streamed=streamed, audio=audio)
+        wake_end = None if deadline_from is None else deadline_from / SAMPLE_RATE + WAKE_TAIL_S
+        self._turn = _Turn(conversation_id, wake_word, deadline, offset, streamed=streamed, audio=audio,
+                           wake_end=wake_end)
 
     def _continue(self, samples: Samples, start: int, end: str | None) -> list[Event]:
         turn = self._turn
@@ -349,7 +367,7 @@ class Hearing:
             self._now = start + offset + piece.size
             if turn.audio is not None:
                 turn.audio.add(piece)
-            ended = speech.segment(piece)
+            ended = [u for u in speech.segment(piece) if not turn.is_wake_phrase(u)]
             if ended:
                 if turn.published is not None and _same_audio(turn.published[0], ended[-1]):
                     return self._finish([], "heard")  # out already: no speech came after the verdict
@@ -412,7 +430,8 @@ class Hearing:
             return None
         turn.judged = True
         utterance = speech.peek()
-        if utterance is None or utterance.speech_ms < speech.vad.min_utterance_ms:
+        if (utterance is None or utterance.speech_ms < speech.vad.min_utterance_ms
+                or turn.is_wake_phrase(utterance)):
             return None
         # The model hears exactly `turn_pause_ms` after the VAD's last speech frame, whatever frame the
         # pause was noticed at: its verdict moves with the length of the silence it is given.
@@ -462,7 +481,8 @@ class Hearing:
             return []
         turn.tried_early = True
         utterance = speech.peek()
-        if utterance is None or utterance.speech_ms < speech.vad.min_utterance_ms:
+        if (utterance is None or utterance.speech_ms < speech.vad.min_utterance_ms
+                or turn.is_wake_phrase(utterance)):
             return []
         transcript = self.transcribing.transcribe(utterance)
         turn.speculative = (utterance, transcript)

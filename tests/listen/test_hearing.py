@@ -268,6 +268,27 @@ def wake_then_command(piper_voice, clip_cache: Path) -> np.ndarray:
     return np.concatenate([silence(0.5), phrase[:voiced[-1] + 1], command[spoken[0]:], silence(1.5)])
 
 
+@pytest.fixture(scope="module")
+def wake_chime_command(piper_voice, clip_cache: Path) -> np.ndarray:
+    """"Okay Nabu." then the wait for the chime (0.9 s, longer than the VAD's hangover), then the command."""
+    phrase, command = (load_16k(piper_clip(t, clip_cache, piper_voice)) for t in ("Okay Nabu.", COMMAND))
+    return np.concatenate([silence(0.5), phrase, silence(0.9), command, silence(1.5)])
+
+
+@pytest.mark.parametrize("end", ["vad", "model"])
+def test_the_wake_phrase_in_the_turn_is_not_taken_for_the_command(whisper, wake_engine, wake_chime_command,
+                                                                   ender, end):
+    """A lookback long enough to take in the whole wake phrase, as a detection mid-phrase or a long
+    `lookback_ms` does: the phrase ends by itself before the person speaks again, and the turn's
+    transcript is still the command."""
+    h = hearing(whisper, wake_engine, end_of_turn=ender if end == "model" else None, lookback_ms=1000)
+    events = run(h, wake_chime_command)
+    heard = [e for e in events if isinstance(e, Heard)]
+    assert isinstance(events[0], Woke) and heard, events
+    assert wer([COMMAND], [heard[-1].transcript.text]) <= 0.2, heard
+    assert "nabu" not in heard[-1].transcript.text.lower().replace(" ", "")
+
+
 def test_a_command_said_without_a_pause_keeps_its_first_word(whisper, wake_engine, wake_then_command):
     heard = [e for e in run(hearing(whisper, wake_engine), wake_then_command) if isinstance(e, Heard)]
     assert heard and "turn" in heard[0].transcript.text.lower(), heard
