@@ -178,6 +178,10 @@ class _Turn:
         chime after "Okay Nabu" pauses long enough for the VAD to end it on its own."""
         return self.wake_end is not None and utterance.end + self.offset <= self.wake_end
 
+    def may_be_command(self, utterance: Utterance, min_ms: int) -> bool:
+        """The utterance is worth decoding as the command: `min_ms` of speech, and not the wake phrase."""
+        return utterance.speech_ms >= min_ms and not self.is_wake_phrase(utterance)
+
     def wait_for_more(self, utterance: Utterance, now: int, wait_ms: int, hangover_ms: int) -> bool:
         """The VAD ended an utterance (at stream sample `now`) the model judged incomplete: whether
         the turn waits on for more speech (until `wait_ms`, `listen.turn_incomplete_wait_ms`, after
@@ -430,8 +434,7 @@ class Hearing:
             return None
         turn.judged = True
         utterance = speech.peek()
-        if (utterance is None or utterance.speech_ms < speech.vad.min_utterance_ms
-                or turn.is_wake_phrase(utterance)):
+        if utterance is None or not turn.may_be_command(utterance, speech.vad.min_utterance_ms):
             return None
         # The model hears exactly `turn_pause_ms` after the VAD's last speech frame, whatever frame the
         # pause was noticed at: its verdict moves with the length of the silence it is given.
@@ -481,8 +484,7 @@ class Hearing:
             return []
         turn.tried_early = True
         utterance = speech.peek()
-        if (utterance is None or utterance.speech_ms < speech.vad.min_utterance_ms
-                or turn.is_wake_phrase(utterance)):
+        if utterance is None or not turn.may_be_command(utterance, speech.vad.min_utterance_ms):
             return []
         transcript = self.transcribing.transcribe(utterance)
         turn.speculative = (utterance, transcript)
