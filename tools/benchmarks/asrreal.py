@@ -2,10 +2,11 @@
 
 Each recording (FLAC or WAV, named by what is said or listed in the folder's `references.json`:
 `benchmarks.turn.load_recordings`) is cut as the VAD cuts a command: from 0.2 s before the
-configured VAD first hears speech to 0.3 s after the speech's level ends (`speech_bounds`). It is
-decoded twice, as the device decodes it (the default variant, `asr.beam_size`, bucket padding):
-once in its bucket window with no retry, once in Whisper's own 30 s window. From those two decodes
-every retry rule is scored without decoding again:
+configured VAD first hears speech to 0.3 s after the speech's level ends (`Recording.speech_end`,
+found by `speech_bounds` as the recordings load). It is decoded twice, as the device decodes it
+(the default variant, `asr.beam_size`, bucket padding): once in its bucket window with no retry,
+once in Whisper's own 30 s window. From those two decodes every retry rule is scored without
+decoding again:
 
 - `no retry`: the bucket window's result, unless it is degenerate (a loop is always retried);
 - `retry, keep the retry's` (the device's rule, `asr.whisper`): below `asr.retry_logprob` the 30 s
@@ -35,7 +36,7 @@ from typing import Any
 
 from benchmarks.realroom import held_out
 from benchmarks.report import emit, machine, median, percentile
-from benchmarks.turn import kept, load_recordings, speech_bounds
+from benchmarks.turn import kept, load_recordings
 from edge_agent.asr.whisper import Padding, Recognition, WhisperOnnx, resolve_export_dir
 from edge_agent.commands.context import Context
 from edge_agent.errors import UsageError
@@ -90,9 +91,8 @@ def decode_all(ctx: Context, directory: Path, split: str, limit: int | None) -> 
     decoded = []
     try:
         for i, rec in enumerate(chosen):
-            bounds = speech_bounds(rec.audio)
-            end = bounds[1] if bounds is not None else rec.speech_end
-            audio = rec.audio[max(0, rec.onset - round(BEFORE_S * RATE)):end + round(AFTER_S * RATE)]
+            cut = slice(max(0, rec.onset - round(BEFORE_S * RATE)), rec.speech_end + round(AFTER_S * RATE))
+            audio = rec.audio[cut]
             started = time.perf_counter()
             short = model.recognize(audio, short_window, max_tokens=asr.max_tokens, beam_size=asr.beam_size)
             short_s = time.perf_counter() - started

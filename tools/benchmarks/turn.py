@@ -343,13 +343,17 @@ def speech_onset(audio: Samples, vad: FrameClassifier) -> int | None:
     return None
 
 
+def after_wake(wake: Samples) -> Samples:
+    """The wake phrase and a breath (0.1 s) before a recorded command."""
+    return np.concatenate([wake, np.zeros(round(0.1 * RATE), dtype=np.float32)])
+
+
 def real_clips(recordings: list[Recording], wake: Samples, one: int, two: int) -> list[TurnClip]:
     """"Okay Nabu." (synthetic, `wake`) and one real command, for the first `one` recordings; then
     `two` clips of two: recording i with recording i + half, the pause from the first one's end of
     speech to where the VAD hears the second's start 0.4-0.8 s (`PAUSES_S` in turn), filled with the
     first one's own noise."""
-    gap = np.zeros(round(0.1 * RATE), dtype=np.float32)  # a breath between the wake phrase and the command
-    head = np.concatenate([wake, gap])
+    head = after_wake(wake)
     clips = []
     for rec in recordings[:one]:
         clips.append(TurnClip(f"real {rec.text}", np.concatenate([head, rec.audio]).astype(np.float32),
@@ -374,7 +378,7 @@ def real_clips(recordings: list[Recording], wake: Samples, one: int, two: int) -
 def sweep_clips(sweep: list[Clip], wake: Samples) -> list[TurnClip]:
     """"Okay Nabu." (`wake`) and each clip of the exporter's sweep (synthetic; the room's clips hold
     noise, so their speech ends by the level against the noise, `speech_bounds`)."""
-    head = np.concatenate([wake, np.zeros(round(0.1 * RATE), dtype=np.float32)])
+    head = after_wake(wake)
     clips = []
     for clip in sweep:
         audio = clip.audio()
