@@ -23,6 +23,12 @@ The work is done in 32 ms frames, hop 16 ms, square-root Hann windows (the overl
 reconstructs a single channel exactly), so the output lags the input by 16 ms whichever
 way it is mixed, and never depends on how the input was cut into blocks.
 
+A bank of fixed beams (`open_bank`, `audio.steering: wake`): beams from evenly spread directions
+(a half circle for microphones on a line, which cannot tell front from back; all round
+otherwise), each made by the same weights from its own fixed direction and handed to `tap` beside
+the steered output. Whoever hears them (the wake word, `listen.beams`) says which one to `hold`:
+the output is then that beam, whatever the tracking says, until another is held.
+
 Bad input falls back to the best single channel, with the reason in `problem` (and told
 to `on_problem`, which the daemon puts on the device's `listen.state`): a channel count the
 geometry does not have, a dead channel (digital silence or 30 dB below the others), a delay
@@ -60,6 +66,12 @@ DIAGONAL_LOADING = 0.01
 microphones) and 4.3 dB (four) over averaging, 0.1 by 1.9 and 3.1 dB, 1.0 by 0.7 and 1.5; white
 noise on each microphone came out 0.6 dB (two) and 0.0 dB (four) above one microphone's at 0.01."""
 METHODS = ("superdirective", "delay_sum")
+BANK_LINE = 5
+BANK_ROUND = 8
+"""Fixed beams for microphones on a line (over its half circle: 0, 45, ... 180 degrees from it) and
+for any other layout (all round, 45 degrees apart). A pair 58 mm apart tells about five directions
+apart below 4 kHz; in `bench hear --real --oracle` five and eight found as much as the beam held on
+the talker, or more."""
 PHAT_BETA = 0.7
 """Partial PHAT weighting: 1 whitens every bin alike (the sharpest peak, but bins the talker leaves
 to the babble count as much as the talker's); 0.7 keeps some weight on the strong bins."""
@@ -106,6 +118,25 @@ def parse_geometry(text: str) -> tuple[tuple[float, float], ...]:
     return tuple(points)
 
 
+def bank_delays(positions: tuple[tuple[float, float], ...], rate: int) -> tuple[np.ndarray, ...]:
+    """Each fixed beam's delays (samples behind microphone 0) for a plane wave from its direction
+    (see `BANK_LINE`)."""
+    pos = np.asarray(positions, dtype=np.float64)
+    centred = pos - pos.mean(axis=0)
+    _, spread, axes = np.linalg.svd(centred)
+    on_a_line = spread[1] < 1e-6 * max(spread[0], 1e-12)
+    if on_a_line:
+        base = math.atan2(axes[0][1], axes[0][0])
+        angles = [base + math.pi * k / (BANK_LINE - 1) for k in range(BANK_LINE)]
+    else:
+        angles = [2 * math.pi * k / BANK_ROUND for k in range(BANK_ROUND)]
+    out = []
+    for angle in angles:
+        arrival = -(pos @ np.array([math.cos(angle), math.sin(angle)])) / SPEED_OF_SOUND * rate
+        out.append(arrival - arrival[0])
+    return tuple(out)
+
+
 class Mixer(Protocol):
     """Frames of several channels in, mono out (`PcmConverter`'s channel stage)."""
 
@@ -115,7 +146,8 @@ class Mixer(Protocol):
 
 
 class Beamformer:
-    """Delay-and-sum over `channels` microphones at `positions`, steered by GCC-PHAT (see the module)."""
+    """`channels` microphones at `positions` into one, superdirective or delay-and-sum, steered by
+    GCC-PHAT or held on a fixed beam of its bank (see the module)."""
 
     def __init__(self, positions: tuple[tuple[float, float], ...], channels: int, rate: int,
                  name: str = "audio.mic_geometry", method: str = "superdirective") -> None:
@@ -124,6 +156,7 @@ class Beamformer:
         self.name = name
         pos = np.asarray(positions, dtype=np.float64)
         self.method = method
+        self.positions = tuple((float(x), float(y)) for x, y in pos)
         self._diffuse_inv = np.zeros(0, dtype=np.float64)
         if method == "superdirective" and channels == len(pos):
             # A diffuse field's coherence between microphones d apart is sinc(2 f d / c); the loading
@@ -151,13 +184,19 @@ class Beamformer:
         self._window = np.sqrt(np.hanning(FRAME + 1)[:FRAME]).astype(np.float64)
         self._omega = 2 * np.pi * np.fft.rfftfreq(FRAME)  # radians per sample, per bin
         self._input = np.zeros((FRAME - HOP, channels), dtype=np.float64)
-        self._overlap = np.zeros(FRAME - HOP, dtype=np.float64)
+        self._overlap = np.zeros((1, FRAME - HOP), dtype=np.float64)
         self._cross = np.zeros((channels, FRAME // 2 + 1), dtype=np.complex128)
         self._speech = 0.0
         self._floor: float | None = None
         self._power = np.zeros(channels)
         self._hops = 0
         self.cpu_hops = 0
+        self.tap: Callable[[np.ndarray], None] | None = None
+        """Given each call's fixed beams, (beams, n) float32 at `rate`, once a bank is open."""
+        self.held: int | None = None
+        """The fixed beam the output is (None: the steered one)."""
+        self._bank = np.zeros((0, FRAME // 2 + 1, channels), dtype=np.complex128)
+        """The fixed beams' weights, conjugated: (beams, bins, channels)."""
         if self._mismatch:
             self._report(f"{self._mismatch}: hearing the loudest channel alone")
 
@@ -173,20 +212,56 @@ class Beamformer:
         if hops <= 0:
             self._input = data
             return np.zeros(0, dtype=np.float32)
-        out = np.empty(hops * HOP, dtype=np.float64)
+        out = np.empty((1 + len(self._bank), hops * HOP), dtype=np.float64)
         for h in range(hops):
             frame = data[h * HOP:h * HOP + FRAME]
             spectrum = np.fft.rfft(frame.T * self._window, axis=1)
             self._health(frame)
             if self.track:
                 self._track(spectrum)
-            mixed = np.fft.irfft(self._mix(spectrum), FRAME) * self._window
-            mixed[:FRAME - HOP] += self._overlap
-            out[h * HOP:(h + 1) * HOP] = mixed[:HOP]
-            self._overlap = mixed[HOP:].copy()
+            mixed = np.fft.irfft(self._outputs(spectrum), FRAME, axis=1) * self._window
+            mixed[:, :FRAME - HOP] += self._overlap
+            out[:, h * HOP:(h + 1) * HOP] = mixed[:, :HOP]
+            self._overlap = mixed[:, HOP:].copy()
         self._input = data[hops * HOP:]
-        result: Samples = out.astype(np.float32)
+        if self.tap is not None and len(self._bank):
+            self.tap(out[1:].astype(np.float32))
+        result: Samples = out[0].astype(np.float32)
         return result
+
+    def open_bank(self) -> int:
+        """Make the fixed beams (`bank_delays`), handed to `tap` from the next call on; their count
+        (0 where the channels do not match the geometry: there is nothing to beam)."""
+        if self._mismatch or len(self._bank):
+            return len(self._bank)
+        directions = bank_delays(self.positions, self.rate)
+        steer = np.stack([np.exp(-1j * np.outer(self._omega, d)) for d in directions])  # (beams, bins, ch)
+        # The same weights as the steered beam's, each from its own fixed direction (delay-and-sum
+        # is the superdirective's with no diffuse field: the identity in place of its inverse).
+        inverse = self._diffuse_inv if self._diffuse_inv.size else np.eye(self.channels)[None]
+        solved = np.einsum("fij,kfj->kfi", np.broadcast_to(inverse, (steer.shape[1], self.channels,
+                                                                    self.channels)), steer)
+        weights = solved / np.einsum("kfi,kfi->kf", steer.conj(), solved)[:, :, None]
+        self._bank = weights.conj()
+        self._overlap = np.vstack([self._overlap, np.zeros((len(self._bank), FRAME - HOP))])
+        return len(self._bank)
+
+    def hold(self, beam: int | None) -> None:
+        """Make the output fixed beam `beam` (of `open_bank`'s), or the steered one again (None)."""
+        if beam is not None and not 0 <= beam < len(self._bank):
+            raise ValueError(f"{self.name}: no fixed beam {beam} (of {len(self._bank)})")
+        self.held = beam
+
+    def _outputs(self, spectrum: np.ndarray) -> np.ndarray:
+        """(1 + beams, bins): the output, then each fixed beam (the output too where a channel is
+        dead or the channels are out of step: the fallback is the same for all)."""
+        if not len(self._bank):
+            return self._mix(spectrum)[None]
+        if not (self.beaming and self.alive.all()):
+            return np.broadcast_to(self._mix(spectrum), (1 + len(self._bank), spectrum.shape[1]))
+        beams = np.einsum("kfi,if->kf", self._bank, spectrum)
+        first = beams[self.held] if self.held is not None else self._mix(spectrum)
+        return np.vstack([first[None], beams])
 
     def flush(self) -> Samples:
         """The rest (the input ended): what waits for a hop and the last 16 ms, padded to a hop."""

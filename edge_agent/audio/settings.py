@@ -66,8 +66,8 @@ class AudioSettings:
     """Where the microphones of a multi-channel input are, in channel order: a preset
     (`respeaker_2mic`: 58 mm apart; `respeaker_4mic`: the 4-Mic Pi HAT, a 40.5 mm-radius circle;
     `respeaker_usb_4mic`: the USB Mic Array v2.0's raw channels, a 32 mm-radius circle) or positions
-    in metres, `x,y x,y ...`. With it, delay-and-sum steers at the loudest talker (measured by
-    GCC-PHAT over recent speech) ahead of the echo canceller, gain and suppressor; a dead channel,
+    in metres, `x,y x,y ...`. With it, the beamformer (`beamformer`, `steering`) steers at the
+    talker ahead of the echo canceller, gain and suppressor; a dead channel,
     a channel count the geometry lacks or channels far out of step fall back to the loudest channel
     alone, with the reason on `listen.state`. None: channels are averaged (a single microphone
     is unaffected either way)."""
@@ -75,6 +75,11 @@ class AudioSettings:
     """How `mic_geometry`'s channels are combined: `superdirective` (MVDR against a diffuse field:
     in a simulated room with three talkers at 10 dB, 2.5 dB more talker over babble than averaging
     with two microphones, 4.3 dB with four) or `delay_sum` (0.3 and 0.6 dB)."""
+    steering: str = "track"
+    """How `mic_geometry`'s beam finds the talker: `track` (steered at the loudest voice, measured
+    over the last quarter second of speech) or `wake` (as well, a bank of fixed beams from evenly
+    spread directions, each heard by the wake word: the beam that hears it is held for the command;
+    a wake engine per beam, five for microphones on a line, eight otherwise)."""
     noise_suppression: int = 0
     """Microphone noise suppression: 0 off, 1..4 from light to strong (`noise_suppressor` says whose).
     WebRTC's levels are its low, moderate, high and very high; speex's pull steady noise down by
@@ -134,6 +139,8 @@ class AudioSettings:
             parse_geometry(self.mic_geometry)
         if self.beamformer not in ("superdirective", "delay_sum"):
             raise ValueError(f"beamformer: {self.beamformer!r} is not superdirective or delay_sum")
+        if self.steering not in ("track", "wake"):
+            raise ValueError(f"steering: {self.steering!r} is not track or wake")
         if not 0 <= self.noise_suppression <= 4:
             raise ValueError(f"noise_suppression: {self.noise_suppression} is outside 0 (off)..4")
         if self.noise_suppressor not in ("webrtc", "speex"):

@@ -65,7 +65,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, Protocol
 
 from edge_agent.asr.transcriber import Transcript
 from edge_agent.audio.frames import Samples
@@ -74,7 +74,7 @@ from edge_agent.listen.lookback import Lookback
 from edge_agent.listen.settings import ListenSettings
 from edge_agent.listen.transcribing import Transcribing
 from edge_agent.vad.segmenter import TAIL_MS, Utterance
-from edge_agent.wake.engine import SAMPLE_RATE, Detection, WakeEngine
+from edge_agent.wake.engine import SAMPLE_RATE, Detection
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +145,12 @@ Event = Woke | Reopened | Heard | Streamed | TurnEnded
 WakeFilter = Callable[[Detection], bool]
 
 
+class Wake(Protocol):
+    """The wake words as the loop hears them: a `WakeEngine`, or a bank (`listen.beams`)."""
+
+    def feed(self, samples: Samples) -> list[Detection]: ...
+
+
 @dataclass
 class _Turn:
     conversation_id: str
@@ -212,7 +218,7 @@ class Hearing:
     """Feed 16 kHz blocks with `push`; get the events they caused."""
 
     def __init__(self, mode: Literal["wake", "always"], transcribing: Transcribing,
-                 wake: WakeEngine | None, settings: ListenSettings,
+                 wake: Wake | None, settings: ListenSettings,
                  accept_wake: WakeFilter | None = None, *, end_of_turn: EndOfTurn | None = None) -> None:
         if mode == "wake" and wake is None:
             raise ValueError("wake mode needs a wake engine")

@@ -15,6 +15,7 @@ from typing import Literal
 
 from edge_agent.asr.transcriber import Transcriber
 from edge_agent.audio.pump import Pump
+from edge_agent.listen.beams import heard_by
 from edge_agent.listen.endofturn import EndOfTurn
 from edge_agent.listen.hearing import Event, Hearing
 from edge_agent.listen.microphone import Microphone
@@ -68,6 +69,7 @@ def hearing_loop(mode: Literal["wake", "always"], settings: ListenSettings, mode
     """The hearing loop in `mode` over `microphone`, with `models`; a wake-mode loop without a wake
     engine is never built (nothing falls back to transcribing everything)."""
     transcribing = Transcribing(models.segmenter, models.transcriber)
-    hearing = Hearing(mode, transcribing, models.wake, settings, microphone.accept_wake,
+    wake = heard_by(models.wake, microphone) if mode == "wake" and models.wake is not None else models.wake
+    hearing = Hearing(mode, transcribing, wake, settings, microphone.accept_wake,
                       end_of_turn=models.end_of_turn if mode == "wake" else None)
     return HearingLoop(microphone, hearing)

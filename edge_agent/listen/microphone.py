@@ -34,6 +34,8 @@ class Microphone:
     """The input as opened (a command, a pipe, a file, the sound card)."""
     accept_wake: WakeFilter | None = None
     """Asked about each detection (the own-voice guard first, where there is one)."""
+    steer_by_wake: bool = False
+    """The beamformer's fixed beams are each heard by the wake word (`audio.steering: wake`)."""
 
     @property
     def beamformer(self) -> Beamformer | None:
@@ -50,10 +52,11 @@ def open_microphone(audio: AudioSettings, *, source: AudioSource | None = None,
     (the wake words heard), `accept_wake` behind the own-voice guard."""
     opened = open_source(audio) if source is None else source
     front = FrontEnd(audio, reference) if front_end else None
+    steer = audio.steering == "wake"
     if front is None or not front.active:
-        return Microphone(opened, opened, accept_wake)
+        return Microphone(opened, opened, accept_wake, steer)
     if reference is None or wake is None:
-        return Microphone(FrontEndSource(opened, front), opened, accept_wake)
+        return Microphone(FrontEndSource(opened, front), opened, accept_wake, steer)
     own = OwnVoice(wake)
     front.taps.append(own.hear)
 
@@ -62,4 +65,4 @@ def open_microphone(audio: AudioSettings, *, source: AudioSource | None = None,
             return False
         return accept_wake is None or accept_wake(detection)
 
-    return Microphone(FrontEndSource(opened, front), opened, accept)
+    return Microphone(FrontEndSource(opened, front), opened, accept, steer)

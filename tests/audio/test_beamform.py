@@ -12,7 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_agent.audio.beamform import FRAME, HOP, PRESETS, Beamformer, parse_geometry
+from edge_agent.audio.beamform import (
+    FRAME,
+    HOP,
+    PRESETS,
+    SPEED_OF_SOUND,
+    Beamformer,
+    bank_delays,
+    parse_geometry,
+)
 from edge_agent.audio.settings import AudioSettings
 from edge_agent.audio.sources import PipeSource, WavFileSource, release_pipes
 from edge_agent.text.wer import words
@@ -70,13 +78,10 @@ def test_presets_and_positions_parse_and_bad_geometry_is_refused():
             AudioSettings(mic_geometry=bad)
 
 
-@pytest.mark.parametrize(("preset", "method", "least_db"), [
-    # Measured on these four people: delay-and-sum +0.14 dB (2 mics) and +0.26 dB (4); superdirective
-    # +1.51 and +4.73 dB.
-    ("respeaker_2mic", "delay_sum", 0.05), ("respeaker_4mic", "delay_sum", 0.1),
-    ("respeaker_2mic", "superdirective", 1.0), ("respeaker_4mic", "superdirective", 3.0)])
-def test_steered_at_a_talker_it_raises_the_talker_to_babble_ratio_in_a_simulated_room(
-        preset, method, least_db):
+def in_a_room(preset: str) -> tuple[np.ndarray, np.ndarray]:
+    """One real person talking to a board in a simulated room (5 x 4 x 2.7 m, RT60 0.45 s) and three
+    others at once, 10 dB below at the first microphone: the talker's and the babble's channels,
+    (microphones, samples) each."""
     pra = pytest.importorskip("pyroomacoustics")
     talker = np.concatenate([silence(0.5), real(REAL_TALKER), silence(0.3)]).astype(np.float32)
     n = talker.size
@@ -97,10 +102,22 @@ def test_steered_at_a_talker_it_raises_the_talker_to_babble_ratio_in_a_simulated
             for path, where in zip(REAL_BABBLE, ([0.6, 0.8, 1.2], [4.5, 0.7, 1.1], [0.8, 3.5, 1.3]),
                                    strict=True))
     b = b * 10 ** (-10 / 20) * np.sqrt(np.sum(t[0] ** 2) / np.sum(b[0] ** 2))  # 10 dB at the first mic
+    return t, b
+
+
+@pytest.mark.parametrize(("preset", "method", "least_db"), [
+    # Measured on these four people: delay-and-sum +0.14 dB (2 mics) and +0.26 dB (4); superdirective
+    # +1.51 and +4.73 dB.
+    ("respeaker_2mic", "delay_sum", 0.05), ("respeaker_4mic", "delay_sum", 0.1),
+    ("respeaker_2mic", "superdirective", 1.0), ("respeaker_4mic", "superdirective", 3.0)])
+def test_steered_at_a_talker_it_raises_the_talker_to_babble_ratio_in_a_simulated_room(
+        preset, method, least_db):
+    t, b = in_a_room(preset)
+    channels = t.shape[0]
     # Steer on the mixture, then put the talker and the babble alone through the same steering,
     # hop by hop, to measure what it did to each.
     steering: list[np.ndarray] = []
-    live = Beamformer(PRESETS[preset], len(pos), RATE, method=method)
+    live = Beamformer(PRESETS[preset], channels, RATE, method=method)
     track = live._track
 
     def tracked(spectrum: np.ndarray) -> None:
@@ -111,7 +128,7 @@ def test_steered_at_a_talker_it_raises_the_talker_to_babble_ratio_in_a_simulated
     live.process((t + b).T.astype(np.float32))
 
     def replayed(part: np.ndarray) -> np.ndarray:
-        bf = Beamformer(PRESETS[preset], len(pos), RATE, method=method)
+        bf = Beamformer(PRESETS[preset], channels, RATE, method=method)
         steps = iter(steering)
         bf._track = lambda _s: setattr(bf, "delays", next(steps))  # type: ignore[method-assign]
         return bf.process(part.T.astype(np.float32))
@@ -122,6 +139,72 @@ def test_steered_at_a_talker_it_raises_the_talker_to_babble_ratio_in_a_simulated
                                         preset, method, averaged, steered)
     assert steered > averaged + least_db, (averaged, steered)
     assert live.problem is None
+
+
+def fixed_beams(preset: str, frames: np.ndarray, method: str = "superdirective") -> np.ndarray:
+    """(beams, n): every fixed beam of `preset`'s bank over (n, channels) `frames`."""
+    bf = Beamformer(PRESETS[preset], frames.shape[1], RATE, method=method)
+    bf.open_bank()
+    rows: list[np.ndarray] = []
+    bf.tap = rows.append
+    bf.process(frames.astype(np.float32))
+    return np.concatenate(rows, axis=1)
+
+
+@pytest.mark.parametrize(("preset", "beams", "least_db"), [
+    # Measured on these four people: the best beam +0.9 dB over averaging (2 mics), +3.5 dB (4), a
+    # little less than the beam steered on the mixture (+1.5, +4.7); the worst 4.6 and 5.3 dB below
+    # averaging (it points at the others).
+    ("respeaker_2mic", 5, 0.5), ("respeaker_4mic", 8, 2.5)])
+def test_a_bank_of_fixed_beams_has_one_toward_the_talker_that_raises_the_talker_to_babble_ratio(
+        preset, beams, least_db):
+    t, b = in_a_room(preset)
+    talker, babble = fixed_beams(preset, t.T), fixed_beams(preset, b.T)  # fixed weights: linear
+    assert talker.shape[0] == beams
+    ratios = [tbr_db(talker[k], babble[k]) for k in range(beams)]
+    averaged = tbr_db(t.mean(axis=0), b.mean(axis=0))
+    logging.getLogger(__name__).warning("%s: talker-to-babble %.2f dB averaged, %s by beam", preset,
+                                        averaged, [round(r, 2) for r in ratios])
+    assert max(ratios) > averaged + least_db, (averaged, ratios)
+    assert max(ratios) - min(ratios) > 1.0  # the beams point different ways
+
+
+def test_the_bank_covers_a_line_s_half_circle_and_a_circle_all_round():
+    pair = bank_delays(PRESETS["respeaker_2mic"], RATE)
+    end = 0.058 / SPEED_OF_SOUND * RATE
+    assert [round(float(d[1]), 3) for d in pair] == pytest.approx(
+        [-end, -end / 2 ** 0.5, 0.0, end / 2 ** 0.5, end], abs=1e-3)  # endfire to endfire
+    assert len(bank_delays(PRESETS["respeaker_4mic"], RATE)) == 8
+    assert len(bank_delays(((0.0, 0.0), (0.0, 0.03), (0.0, 0.06)), RATE)) == 5  # any line
+
+
+def test_a_held_fixed_beam_is_the_output_and_none_steers_again():
+    x = noise_burst(1.0)
+    frames = np.c_[x, delayed(x, 2)].astype(np.float32)
+    bf = Beamformer(PRESETS["respeaker_2mic"], 2, RATE)
+    assert bf.open_bank() == 5
+    rows: list[np.ndarray] = []
+    bf.tap = rows.append
+    bf.hold(1)
+    out = bf.process(frames)
+    np.testing.assert_allclose(out, np.concatenate(rows, axis=1)[1], atol=1e-6)
+    bf.hold(None)
+    steered = bf.process(frames)
+    alone = Beamformer(PRESETS["respeaker_2mic"], 2, RATE)  # no bank: steered all along
+    assert not np.allclose(alone.process(frames), out, atol=1e-3)
+    # The same from the second hop on (the first overlaps the held beam's last frame).
+    np.testing.assert_allclose(alone.process(frames)[HOP:], steered[HOP:], atol=1e-6)
+    with pytest.raises(ValueError, match="no fixed beam 5"):
+        bf.hold(5)
+    assert Beamformer(PRESETS["respeaker_4mic"], 3, RATE).open_bank() == 0  # the geometry lacks one
+
+
+def test_with_a_dead_channel_every_fixed_beam_is_the_live_channel():
+    x = noise_burst(1.0)
+    frames = np.c_[x, np.zeros_like(x)].astype(np.float32)
+    beams = fixed_beams("respeaker_2mic", frames)
+    for row in beams:
+        assert corr(row[RATE // 2:], x[RATE // 2 - LATENCY:beams.shape[1] - LATENCY]) > 0.99
 
 
 def test_blocks_of_any_size_give_the_same_output():
@@ -237,12 +320,13 @@ def test_an_odd_channel_count_on_the_input_pipe_is_heard_on_its_loudest_channel(
     assert corr(out[LATENCY + 4000:], x[4000:out.size - LATENCY]) > 0.99  # the loudest, never silence
 
 
+@pytest.mark.parametrize("steering", ["track", "wake"])
 def test_listen_front_end_over_a_file_gives_the_events_of_the_same_audio_on_the_input_pipe(
-        tmp_path, whisper_dir):
+        tmp_path, whisper_dir, steering):
     frames = stereo()
     wav = write_wav(tmp_path / "board.wav", frames, channels=2)
     device = ["--set", f"asr.model={whisper_dir}", "--set", "audio.mic_geometry=respeaker_2mic",
-              "--set", "wake.models=[alexa]",
+              "--set", f"audio.steering={steering}", "--set", "wake.models=[alexa]",
               "--set", "audio.noise_suppression=2", "--set", "audio.auto_gain_dbfs=10"]
     from_file = run_cli("listen", "--json", "--input", str(wav), "--front-end", *device)
     assert from_file.returncode == 0, from_file.stderr

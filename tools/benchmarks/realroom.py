@@ -11,7 +11,9 @@ quarters (`tune`) or all: cutoffs are chosen on `tune` and reported on `held-out
 `--near DIR`: every built-in wake model listens to other words said by real people (each
 subfolder of DIR a word, its clips as above), dry and in the quiet room, and the bench counts who
 woke on what. `--sweep`: besides the detection at the model's cutoff, the detection each cell
-would have at other cutoffs and windows (from the model's probabilities, one run). `--oracle`:
+would have at other cutoffs and windows (from the model's probabilities, one run). `--false-wakes
+DIR`: other words (a subfolder each, every other clip) said under three other talkers at 10 dB,
+heard by each array: the model's wakes an hour. `--oracle`:
 each board's superdirective beam held on the talker (what perfect steering would buy) and a bank
 of fixed beams, each heard by the wake model (what a device that does not steer could get).
 
@@ -45,7 +47,7 @@ import tempfile
 import time
 import wave
 import zlib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +58,13 @@ from benchmarks.report import emit, machine
 from benchmarks.rnnoise import RNNoise, library
 from benchmarks.room import FLOOR, MIC_M, NOISE_M, RATE, ROOM_M, SPEECH_RMS, TALKER_M, place, through
 from benchmarks.wake import speech_rms
-from edge_agent.audio.beamform import PRESETS, SPEED_OF_SOUND, Beamformer
+from edge_agent.audio.beamform import PRESETS, Beamformer, bank_delays
 from edge_agent.audio.frames import Samples
 from edge_agent.audio.sources import open_source
 from edge_agent.commands.context import Context
 from edge_agent.config import Settings, WakeSettings
 from edge_agent.errors import AudioError, UsageError
+from edge_agent.listen.beams import heard_by
 from edge_agent.listen.microphone import open_microphone
 from edge_agent.wake import WakeEngine
 from edge_agent.wake.models import check_all
@@ -73,16 +76,20 @@ RT60 = 0.45
 LEAD_S, TAIL_S = 2.0, 1.5
 BOARDS: dict[int, str | None] = {1: None, 2: "respeaker_2mic", 4: "respeaker_4mic"}
 """Microphones -> the board's geometry (one microphone: the boards' centre)."""
-ARRAYS: dict[str, tuple[int, str | None, str]] = {
-    "1 mic": (1, None, "superdirective"),
-    "2 mic averaged": (2, None, "superdirective"),
-    "2 mic delay-sum": (2, "respeaker_2mic", "delay_sum"),
-    "2 mic superdirective": (2, "respeaker_2mic", "superdirective"),
-    "4 mic averaged": (4, None, "superdirective"),
-    "4 mic delay-sum": (4, "respeaker_4mic", "delay_sum"),
-    "4 mic superdirective": (4, "respeaker_4mic", "superdirective"),
+ARRAYS: dict[str, tuple[int, str | None, str, str]] = {
+    "1 mic": (1, None, "superdirective", "track"),
+    "2 mic averaged": (2, None, "superdirective", "track"),
+    "2 mic delay-sum": (2, "respeaker_2mic", "delay_sum", "track"),
+    "2 mic superdirective": (2, "respeaker_2mic", "superdirective", "track"),
+    "2 mic wake-steered": (2, "respeaker_2mic", "superdirective", "wake"),
+    "4 mic averaged": (4, None, "superdirective", "track"),
+    "4 mic delay-sum": (4, "respeaker_4mic", "delay_sum", "track"),
+    "4 mic superdirective": (4, "respeaker_4mic", "superdirective", "track"),
+    "4 mic wake-steered": (4, "respeaker_4mic", "superdirective", "wake"),
 }
-"""How each array is heard: microphones, `audio.mic_geometry` (None: averaged), `audio.beamformer`."""
+"""How each array is heard: microphones, `audio.mic_geometry` (None: averaged), `audio.beamformer`,
+`audio.steering` (`wake`: the superdirective beam and a bank of fixed beams, each heard by the wake
+word, as `listen.beams` hears them)."""
 CONDITIONS: dict[str, tuple[str | None, float | None]] = {
     "dry": (None, None),
     "room (fan 30 dB)": ("fan", 30.0),
@@ -122,6 +129,9 @@ def add_real_arguments(parser: argparse.ArgumentParser) -> None:
                              ", ".join(f"{i} {c}" for i, c in enumerate(CONDITIONS)) + "; default all)")
     parser.add_argument("--near", type=Path, metavar="DIR",
                         help="with --real: other words said by people (a subfolder per word): who wakes")
+    parser.add_argument("--false-wakes", type=Path, metavar="DIR",
+                        help="with --real: other words said by people (a subfolder per word), every "
+                             "other clip under three other talkers at 10 dB: --model's wakes an hour")
     parser.add_argument("--sweep", action="store_true",
                         help="with --real: also score every cell at other cutoffs and windows")
     parser.add_argument("--oracle", action="store_true",
@@ -305,28 +315,51 @@ class Ears:
         return float(late.max()) if late.size else 0.0
 
 
+@dataclass(frozen=True)
+class Heard:
+    """One scene heard as the device hears it."""
+
+    woke: bool
+    """`model` woke after the scene's lead-in."""
+    wakes: int
+    """Detections of `model` anywhere in the scene."""
+    peak: float
+    """`model`'s highest windowed probability anywhere, on any beam."""
+    cpu_s: float
+    """The hear path's thread time."""
+    seconds: float
+    problem: str | None
+    """The beamformer's complaint."""
+
+
 def hear(path: Path, settings: Settings, ears: Ears, model: str, after_s: float, *,
-         denoiser: Path | None) -> tuple[bool, float, float, str | None]:
-    """Whether `model` woke after `after_s`, the hear path's thread time, the audio's seconds and the
-    beamformer's complaint, hearing the file as `listen --input F --front-end` does (with RNNoise after
-    it where `denoiser` names its library)."""
+         denoiser: Path | None) -> Heard:
+    """The file heard as `listen --input F --front-end` hears it (with RNNoise after the front end
+    where `denoiser` names its library)."""
     source = open_source(replace(settings.audio, input_file=path))
-    heard = open_microphone(settings.audio, source=source, wake=settings.wake).source
+    microphone = open_microphone(settings.audio, source=source, wake=settings.wake)
+    heard = microphone.source
     ears.reset()
-    woke = False
+    wake = heard_by(ears.engine, microphone)
+    woke, wakes = False, 0
     started = time.thread_time()
     samples = 0
     rnnoise = RNNoise(denoiser) if denoiser is not None else None
     blocks = rnnoise.stream(heard.blocks()) if rnnoise is not None else heard.blocks()
     for block in blocks:
         samples += block.size
-        woke |= any(d.model == model and d.time >= after_s for d in ears.engine.feed(block))
+        for d in wake.feed(block):
+            wakes += d.model == model
+            woke |= d.model == model and d.time >= after_s
     cpu = time.thread_time() - started
+    peak = wake.stats.peak.get(model, 0.0)
+    if wake is not ears.engine:
+        wake.close()
     if rnnoise is not None:
         rnnoise.close()
     mixer = getattr(source, "mixer", None)
     heard.close()
-    return woke, cpu, samples / RATE, getattr(mixer, "problem", None)
+    return Heard(woke, wakes, peak, cpu, samples / RATE, getattr(mixer, "problem", None))
 
 
 def chosen(args: argparse.Namespace) -> tuple[list[str], list[str], list[str]]:
@@ -378,30 +411,32 @@ def run_real(ctx: Context, args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
         wav = Path(tmp) / "scene.wav"
         for cond in conditions:
-            for key, (count, geometry, method) in arrays.items() if cond != "dry" else [
+            for key, (count, geometry, method, steering) in arrays.items() if cond != "dry" else [
                     ("1 mic", ARRAYS["1 mic"])]:
                 for fe in front_ends:
                     s = replace(settings, audio=replace(settings.audio, input_channels=count,
                                                         mic_geometry=geometry, beamformer=method,
-                                                        echo_cancel=False, **FRONT_ENDS[fe]))
+                                                        steering=steering, echo_cancel=False,
+                                                        **FRONT_ENDS[fe]))
                     found = 0
                     peaks: dict[int, list[float]] = {w: [] for w in WINDOW_GRID}
                     for i, (_, clip) in enumerate(clips):
                         scene_rng = np.random.default_rng([args.seed, list(CONDITIONS).index(cond), i])
                         frames = scene(room, clip, i, cond, pool, count=count, rng=scene_rng)
                         write_channels(wav, frames)
-                        woke, used, seconds, problem = hear(wav, s, ears, args.model, LEAD_S - 0.5,
-                                                            denoiser=rnnoise if fe == "rnnoise" else None)
-                        found += woke
+                        heard = hear(wav, s, ears, args.model, LEAD_S - 0.5,
+                                     denoiser=rnnoise if fe == "rnnoise" else None)
+                        found += heard.woke
+                        problem = heard.problem
                         for window, kept in peaks.items():
                             kept.append(ears.peak(args.model, window, LEAD_S - 0.5))
                         if problem and problem not in result["problems"]:
                             result["problems"].append(problem)
                         if cond == "three talkers 10 dB":
-                            cpu.setdefault(f"{key} {fe}", []).extend([used, seconds])
+                            cpu.setdefault(f"{key} {fe}", []).extend([heard.cpu_s, heard.seconds])
                     rate = round(found / len(clips), 3)
                     result["detected"].setdefault(cond, {}).setdefault(key, {})[fe] = rate
-                    if args.sweep:
+                    if args.sweep and steering == "track":  # the raw probabilities are one stream's
                         result["sweep"]["detected"].setdefault(cond, {}).setdefault(key, {})[fe] = {
                             str(w): [round(float(np.mean(np.array(v) > c)), 3) for c in CUTOFF_GRID]
                             for w, v in peaks.items()}
@@ -413,24 +448,11 @@ def run_real(ctx: Context, args: argparse.Namespace) -> int:
                                   args=args)
     if args.near is not None:
         result["near_miss"] = near_misses(args.near, settings, args.seed)
+    if args.false_wakes is not None:
+        result["false_wakes"] = false_wakes(args.false_wakes, settings, ears, model=args.model, arrays=arrays,
+                                            room=room, pool=pool, seed=args.seed)
     emit(result, report_lines(result), args.json)
     return 0
-
-
-BANK = {2: 5, 4: 8}
-"""`--oracle`: fixed beams per board, evenly over the directions it can tell apart (a pair cannot
-tell front from back: 0-180 degrees; a circle of four: all round)."""
-
-
-def fixed_delays(geometry: str, beams: int, spread_deg: float) -> list[np.ndarray]:
-    """Each fixed beam's delays (samples behind channel 0) for a plane wave from its direction."""
-    pos = np.asarray(PRESETS[geometry])
-    out = []
-    for k in range(beams):
-        angle = np.radians(spread_deg * k / (beams - 1 if spread_deg < 360 else beams))
-        arrival = -(pos @ np.array([np.cos(angle), np.sin(angle)])) / SPEED_OF_SOUND * RATE
-        out.append(arrival - arrival[0])
-    return out
 
 
 def held(geometry: str, count: int, delays: np.ndarray, reference: int = 0) -> Beamformer:
@@ -443,9 +465,10 @@ def oracle(room: ArrayRoom, clips: list[tuple[str, Samples]], pool: list[Samples
            counts: list[int], ears: Ears, args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """Detection with each board's superdirective beam held on the talker (its delays measured on
     the talker's own channels, never tracked), and with a bank of fixed beams, each heard by the wake
-    model, woken when any wakes (`BANK`). The same scenes as the table. The gap between the held beam
-    and the tracked one is what steering loses, e.g. to babble heard before the wake word; the bank
-    is a way to get it back that does not steer (with a false-accept chance per beam)."""
+    model, woken when any wakes (`audio.beamform.bank_delays`). The same scenes as the table. The gap
+    between the held beam and the tracked one is what steering loses, e.g. to babble heard before the
+    wake word; the bank is a way to get it back that does not steer (with a false-accept chance per
+    beam): the device's is the `wake-steered` row."""
     out: dict[str, dict[str, float]] = {}
 
     def woke(audio: Samples) -> bool:
@@ -456,7 +479,7 @@ def oracle(room: ArrayRoom, clips: list[tuple[str, Samples]], pool: list[Samples
         for count in (c for c in counts if BOARDS[c] is not None):
             geometry = BOARDS[count]
             assert geometry is not None
-            bank = fixed_delays(geometry, BANK[count], 180.0 if count == 2 else 360.0)
+            bank = bank_delays(PRESETS[geometry], RATE)
             on_talker = in_bank = 0
             for i, (_, clip) in enumerate(clips):
                 scene_rng = np.random.default_rng([args.seed, list(CONDITIONS).index(cond), i])
@@ -471,14 +494,59 @@ def oracle(room: ArrayRoom, clips: list[tuple[str, Samples]], pool: list[Samples
     return out
 
 
+def word_folders(directory: Path, option: str) -> list[Path]:
+    """The subfolders of `directory`, a word each."""
+    if not directory.is_dir():
+        raise UsageError(f"{option} {directory}: not a directory")
+    words = sorted(p for p in directory.iterdir() if p.is_dir())
+    if not words:
+        raise UsageError(f"{option} {directory}: no subfolder (one per word)")
+    return words
+
+
+FALSE_WAKE_CONDITION = "three talkers 10 dB"
+
+
+def false_wakes(directory: Path, settings: Settings, ears: Ears, *, model: str,
+                arrays: dict[str, tuple[int, str | None, str, str]], room: ArrayRoom, pool: list[Samples],
+                seed: int) -> dict[str, Any]:
+    """`--false-wakes DIR`: every other clip of each word (a subfolder each) said in the room under
+    three other talkers at 10 dB, heard by each array, front end off: `model`'s wakes anywhere in
+    the scene at its cutoff, an hour, and the scenes it would have woken in at each cutoff of the
+    sweep's grid (from its highest windowed probability on any beam). The arrays are one microphone
+    and the boards' superdirective beams, tracked and wake-steered (averaging and delay-and-sum are
+    left out: they wake on no more than the one microphone they resemble)."""
+    scenes = [clip for folder in word_folders(directory, "--false-wakes")
+              for clip in [c for _, c in read_folder(folder)[0]][::2]]
+    out: dict[str, Any] = {"scenes": len(scenes), "condition": FALSE_WAKE_CONDITION, "arrays": {}}
+    with tempfile.TemporaryDirectory(prefix="bench-false-") as tmp:
+        wav = Path(tmp) / "scene.wav"
+        for key, (count, geometry, method, steering) in arrays.items():
+            if count > 1 and (geometry is None or method != "superdirective"):
+                continue
+            s = replace(settings, audio=replace(settings.audio, input_channels=count, mic_geometry=geometry,
+                                                beamformer=method, steering=steering, echo_cancel=False,
+                                                **FRONT_ENDS["off"]))
+            wakes, seconds, peaks = 0, 0.0, []
+            for i, clip in enumerate(scenes):
+                rng = np.random.default_rng([seed, len(CONDITIONS), i])
+                write_channels(wav, scene(room, clip, i, FALSE_WAKE_CONDITION, pool, count=count, rng=rng))
+                heard = hear(wav, s, ears, model, 0.0, denoiser=None)
+                wakes, seconds = wakes + heard.wakes, seconds + heard.seconds
+                peaks.append(heard.peak)
+            hours = seconds / 3600
+            out["hours"] = round(hours, 3)
+            out["arrays"][key] = {
+                "wakes": wakes, "per_hour": round(wakes / hours, 2) if hours else None,
+                "scenes_woken_at": {str(c): int(np.sum(np.array(peaks) > c)) for c in CUTOFF_GRID}}
+            log.info("false wakes, %s: %d in %.2f h", key, wakes, hours)
+    return out
+
+
 def near_misses(directory: Path, settings: Settings, seed: int) -> dict[str, Any]:
     """Wakes of every built-in model on other words said by people: per word, condition and model,
     the clips it woke on at its cutoff (and, per model, its highest windowed probability)."""
-    if not directory.is_dir():
-        raise UsageError(f"--near {directory}: not a directory")
-    words = sorted(p for p in directory.iterdir() if p.is_dir())
-    if not words:
-        raise UsageError(f"--near {directory}: no subfolder (one per word)")
+    words = word_folders(directory, "--near")
     ears = Ears(replace(settings.wake, models=WAKE_BUILTIN, probability_cutoff={}, sliding_window={}))
     room = ArrayRoom(np.random.default_rng(seed), talkers=1, noises=1)
     out: dict[str, Any] = {"models": {s.name: [s.probability_cutoff, s.sliding_window_size]
@@ -520,6 +588,13 @@ def report_lines(result: dict[str, Any]) -> list[str]:
             dry, room = (row[c] for c in NEAR_CONDITIONS)
             woke = ", ".join(f"{m} {dry[m]}/{room[m]}" for m in dry)
             lines.append(f"  {word:14s} ({row['clips']} clips) {woke}")
+    if "false_wakes" in result:
+        fw = result["false_wakes"]
+        lines.append(f"false wakes, {fw['scenes']} scenes of other words ({fw.get('hours', 0)} h), "
+                     f"{fw['condition']}:")
+        for key, row in fw["arrays"].items():
+            lines.append(f"  {key:22s} {row['wakes']} ({row['per_hour']} an hour); scenes woken at "
+                         + ", ".join(f"{c} {n}" for c, n in row["scenes_woken_at"].items()))
     for cond, row in result.get("oracle", {}).items():
         held = ", ".join(f"{k} {v}" for k, v in row.items())
         lines.append(f"  {cond:22s} steered by the talker alone: {held}")
