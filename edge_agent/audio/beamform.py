@@ -26,8 +26,8 @@ way it is mixed, and never depends on how the input was cut into blocks.
 A bank of fixed beams (`open_bank`, `audio.steering: wake`): beams from evenly spread directions
 (a half circle for microphones on a line, which cannot tell front from back; all round
 otherwise), each made by the same weights from its own fixed direction and handed to `tap` beside
-the steered output. Whoever hears them (the wake word, `listen.beams`) says which one to `hold`:
-the output is then that beam, whatever the tracking says, until another is held.
+the steered output, which they leave as it is. The wake word listens to each (`listen.beams`):
+one of them points near whoever says it, before the tracking has turned to them.
 
 Bad input falls back to the best single channel, with the reason in `problem` (and told
 to `on_problem`, which the daemon puts on the device's `listen.state`): a channel count the
@@ -147,7 +147,7 @@ class Mixer(Protocol):
 
 class Beamformer:
     """`channels` microphones at `positions` into one, superdirective or delay-and-sum, steered by
-    GCC-PHAT or held on a fixed beam of its bank (see the module)."""
+    GCC-PHAT; with a bank of fixed beams beside it once asked (see the module)."""
 
     def __init__(self, positions: tuple[tuple[float, float], ...], channels: int, rate: int,
                  name: str = "audio.mic_geometry", method: str = "superdirective") -> None:
@@ -193,8 +193,6 @@ class Beamformer:
         self.cpu_hops = 0
         self.tap: Callable[[np.ndarray], None] | None = None
         """Given each call's fixed beams, (beams, n) float32 at `rate`, once a bank is open."""
-        self.held: int | None = None
-        """The fixed beam the output is (None: the steered one)."""
         self._bank = np.zeros((0, FRAME // 2 + 1, channels), dtype=np.complex128)
         """The fixed beams' weights, conjugated: (beams, bins, channels)."""
         if self._mismatch:
@@ -246,12 +244,6 @@ class Beamformer:
         self._overlap = np.vstack([self._overlap, np.zeros((len(self._bank), FRAME - HOP))])
         return len(self._bank)
 
-    def hold(self, beam: int | None) -> None:
-        """Make the output fixed beam `beam` (of `open_bank`'s), or the steered one again (None)."""
-        if beam is not None and not 0 <= beam < len(self._bank):
-            raise ValueError(f"{self.name}: no fixed beam {beam} (of {len(self._bank)})")
-        self.held = beam
-
     def _outputs(self, spectrum: np.ndarray) -> np.ndarray:
         """(1 + beams, bins): the output, then each fixed beam (the output too where a channel is
         dead or the channels are out of step: the fallback is the same for all)."""
@@ -260,8 +252,7 @@ class Beamformer:
         if not (self.beaming and self.alive.all()):
             return np.broadcast_to(self._mix(spectrum), (1 + len(self._bank), spectrum.shape[1]))
         beams = np.einsum("kfi,if->kf", self._bank, spectrum)
-        first = beams[self.held] if self.held is not None else self._mix(spectrum)
-        return np.vstack([first[None], beams])
+        return np.vstack([self._mix(spectrum)[None], beams])
 
     def flush(self) -> Samples:
         """The rest (the input ended): what waits for a hop and the last 16 ms, padded to a hop."""

@@ -1,13 +1,15 @@
-"""The wake word heard on every fixed beam of a microphone array, and the beam that heard it held.
+"""The wake word heard on every fixed beam of a microphone array as well as on the steered one.
 
 A beam steered at the loudest voice (`audio.beamform`) turns toward whoever is talking, and
 before the wake word that is someone else: with other people talking it reaches the talker
 within a quarter of a second of speech, most of "Alexa". A bank of fixed beams does not have to
 turn. With `audio.steering: wake` each of the beamformer's fixed beams (`Beamformer.open_bank`)
-has a wake engine of its own; the stream the hearing loop hears (the output, behind the echo
-canceller and the rest of the front end) keeps its own engine, so a wake word the device hears
-today is heard as before, and every beam is one more chance. The first beam to wake is held for
-the command that follows (`Beamformer.hold`), until another beam wakes.
+has a wake engine of its own; the stream the hearing loop hears (the steered output, behind the
+echo canceller and the rest of the front end) keeps its own engine, so a wake word the device
+hears today is heard as before, and every beam is one more chance. The command is heard on the
+steered output all the same: by the end of the wake phrase the tracking has turned to the talker,
+and a fixed beam held for the command, up to half a beam's width off the talker, lost more of
+its words (`bench hear --real-commands`, in docs/listening.md).
 
 The beams come from the beamformer's `tap` as the input is read, before the front end has the
 same samples: their detections wait here, by stream time, until the hearing loop's stream
@@ -42,6 +44,9 @@ class WakeBank:
         self.beamformer = beamformer
         beams = beamformer.open_bank()
         refractory_s = engine.refractory / SAMPLE_RATE
+        # Each beam at the model's own cutoff: a cutoff raised for the beams (0.9 for alexa's 0.85)
+        # gave back most of what they find with two microphones (0.71 against 0.79 of held-out
+        # people under three other talkers) for about one false wake an hour fewer (docs/listening.md).
         self._beams = [WakeEngine(engine.specs, refractory_s) for _ in range(beams)]
         self._resamplers = [StreamResampler(beamformer.rate, SAMPLE_RATE) for _ in range(beams)]
         self._heard: list[tuple[Detection, int]] = []
@@ -73,11 +78,9 @@ class WakeBank:
         if not found:
             return
         # The first beam to hear it; the others that hear the same wake word a little later (within
-        # the refractory period) neither wake the device again nor take the beam over.
+        # the refractory period) do not wake the device again.
         detection, beam = min(found, key=lambda f: (f[0].time, -f[0].probability))
         self._beams_quiet_until = round(detection.time * SAMPLE_RATE) + self.engine.refractory
-        # Held at once: the command that follows is heard on the beam that heard the wake word.
-        self.beamformer.hold(beam)
         with self._lock:
             self._heard.append((detection, beam))
 

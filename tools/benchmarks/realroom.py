@@ -13,7 +13,8 @@ subfolder of DIR a word, its clips as above), dry and in the quiet room, and the
 woke on what. `--sweep`: besides the detection at the model's cutoff, the detection each cell
 would have at other cutoffs and windows (from the model's probabilities, one run). `--false-wakes
 DIR`: other words (a subfolder each, every other clip) said under three other talkers at 10 dB,
-heard by each array: the model's wakes an hour. `--oracle`:
+heard by each array: the model's wakes an hour. `--real-commands DIR`: recorded commands, each said after
+a wake clip, heard by the device's whole hearing loop: turns opened and the commands' WER. `--oracle`:
 each board's superdirective beam held on the talker (what perfect steering would buy) and a bank
 of fixed beams, each heard by the wake model (what a device that does not steer could get).
 
@@ -21,8 +22,9 @@ The room is `bench hear --room`'s
 (pyroomacoustics, 5 x 4 x 2.7 m, RT60 0.45 s by Sabine, the device by a wall, talkers 1-3 m away,
 the noise 2-4 m), now with three microphone arrays at the device's place: one microphone, the
 ReSpeaker 2-Mic HAT (`respeaker_2mic`) and the 4-Mic HAT (`respeaker_4mic`), every source's
-impulse computed to each microphone; each board heard averaged (no geometry), by delay-and-sum
-and by the superdirective beamformer.
+impulse computed to each microphone; each board heard averaged (no geometry), by delay-and-sum,
+by the superdirective beamformer steered alone and wake-steered (`audio.steering: wake`: the wake
+word on a bank of fixed beams as well, `listen.beams`).
 
 Conditions, after `bench hear --room` and the figures of real people in issue 35: dry (the
 recording itself, one microphone); the room with a quiet fan at 30 dB SNR; a fan at 10 dB; three
@@ -60,12 +62,15 @@ from benchmarks.room import FLOOR, MIC_M, NOISE_M, RATE, ROOM_M, SPEECH_RMS, TAL
 from benchmarks.wake import speech_rms
 from edge_agent.audio.beamform import PRESETS, Beamformer, bank_delays
 from edge_agent.audio.frames import Samples
+from edge_agent.audio.settings import AudioSettings
 from edge_agent.audio.sources import open_source
 from edge_agent.commands.context import Context
 from edge_agent.config import Settings, WakeSettings
 from edge_agent.errors import AudioError, UsageError
 from edge_agent.listen.beams import heard_by
+from edge_agent.listen.loop import HearingModels
 from edge_agent.listen.microphone import open_microphone
+from edge_agent.listen.settings import ListenSettings
 from edge_agent.wake import WakeEngine
 from edge_agent.wake.models import check_all
 from edge_agent.wake.settings import WAKE_BUILTIN
@@ -132,6 +137,9 @@ def add_real_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--false-wakes", type=Path, metavar="DIR",
                         help="with --real: other words said by people (a subfolder per word), every "
                              "other clip under three other talkers at 10 dB: --model's wakes an hour")
+    parser.add_argument("--real-commands", type=Path, metavar="DIR",
+                        help="with --real: recorded commands (references.json or named by what is said), "
+                             "each said after a wake clip: turns opened and the commands' WER, per array")
     parser.add_argument("--sweep", action="store_true",
                         help="with --real: also score every cell at other cutoffs and windows")
     parser.add_argument("--oracle", action="store_true",
@@ -448,6 +456,8 @@ def run_real(ctx: Context, args: argparse.Namespace) -> int:
                                   args=args)
     if args.near is not None:
         result["near_miss"] = near_misses(args.near, settings, args.seed)
+    if args.real_commands is not None:
+        result["commands"] = commands_heard(ctx, args, clips=clips, arrays=arrays, room=room, pool=pool)
     if args.false_wakes is not None:
         result["false_wakes"] = false_wakes(args.false_wakes, settings, ears, model=args.model, arrays=arrays,
                                             room=room, pool=pool, seed=args.seed)
@@ -543,6 +553,94 @@ def false_wakes(directory: Path, settings: Settings, ears: Ears, *, model: str,
     return out
 
 
+COMMAND_CONDITIONS = ("room (fan 30 dB)", "three talkers 10 dB")
+COMMAND_PAUSE_S = 0.4
+"""Between the wake phrase and the command (people wait for the chime, or do not)."""
+
+
+def commands_heard(ctx: Context, args: argparse.Namespace, *, clips: list[tuple[str, Samples]],
+                   arrays: dict[str, tuple[int, str | None, str, str]], room: ArrayRoom,
+                   pool: list[Samples]) -> dict[str, Any]:
+    """`--real-commands DIR`: each recorded command (what is said: the folder's `references.json`, else the
+    file's name) said after one of the wake clips (in turn, another person's voice from the same
+    place), in the quiet room and under three other talkers at 10 dB, heard by one microphone and
+    the boards' superdirective beams, tracked and wake-steered, through the device's hearing loop
+    (wake mode, Whisper, the configured end of turn, front end off): the turns the wake phrase
+    opened, the commands' WER over all (a turn not opened is a command not heard) and the share of
+    their words heard (`bench turn`'s words kept)."""
+    from benchmarks.turn import kept, load_recording, load_references
+    from edge_agent.parts import load_hearing
+    from edge_agent.text.wer import wer
+    from edge_agent.vad import make_segmenter
+
+    directory: Path = args.real_commands
+    if not directory.is_dir():
+        raise UsageError(f"--real-commands {directory}: not a directory")
+    references = load_references(directory / "references.json")
+    paths = sorted(p for p in directory.iterdir() if p.suffix.lower() in SUFFIXES)
+    if args.split != "all":
+        paths = [p for p in paths if held_out(p.name) == (args.split == "held-out")]
+    if args.limit:
+        paths = paths[:args.limit]
+    said = [(references.get(p.name, p.stem), trimmed(load_recording(p))) for p in paths]
+    if not said:
+        raise UsageError(f"--real-commands {directory}: no .wav or .flac files")
+    settings = replace(ctx.settings, wake=replace(ctx.settings.wake, models=(args.model,)))
+    models = load_hearing(replace(settings, listen=replace(settings.listen, mode="wake")), ctx.store)
+    assert models.wake is not None
+    out: dict[str, Any] = {"commands": len(said), "dir": str(directory), "conditions": {}}
+    with tempfile.TemporaryDirectory(prefix="bench-commands-") as tmp:
+        wav = Path(tmp) / "scene.wav"
+        for cond in COMMAND_CONDITIONS:
+            for key, (count, geometry, method, steering) in arrays.items():
+                if count > 1 and (geometry is None or method != "superdirective"):
+                    continue
+                audio = replace(settings.audio, input_file=wav, input_channels=count, mic_geometry=geometry,
+                                beamformer=method, steering=steering, echo_cancel=False, **FRONT_ENDS["off"])
+                opened, refs, hyps, got, of = 0, [], [], 0, 0
+                pause = np.zeros(round(COMMAND_PAUSE_S * RATE), np.float32)
+                for i, (text, command) in enumerate(said):
+                    spoken = np.concatenate([level(trimmed(clips[i % len(clips)][1])), pause, level(command)])
+                    rng = np.random.default_rng([args.seed, list(CONDITIONS).index(cond), i])
+                    write_channels(wav, scene(room, spoken, i, cond, pool, count=count, rng=rng))
+                    # A new VAD each scene: a scene ends in babble, mid-utterance.
+                    fresh = replace(models, segmenter=make_segmenter(settings.vad, ctx.store))
+                    woke, heard = command_turn(fresh, settings.listen, audio)
+                    log.debug("%s, %s: %r heard as %r", cond, key, text, heard)
+                    opened += woke
+                    refs.append(text)
+                    hyps.append(heard)
+                    k, n = kept(text, heard)
+                    got, of = got + k, of + n
+                row = {"opened": round(opened / len(said), 3), "wer": round(wer(refs, hyps), 3),
+                       "words_heard": round(got / max(of, 1), 3)}
+                out["conditions"].setdefault(cond, {})[key] = row
+                log.info("commands, %s, %s: %s", cond, key, row)
+    return out
+
+
+def level(clip: Samples) -> Samples:
+    """`clip` at the talkers' speech level (two people's recordings said as one talker's)."""
+    out: Samples = (clip * np.float32(SPEECH_RMS / max(speech_rms(clip), 1e-9))).astype(np.float32)
+    return out
+
+
+def command_turn(models: HearingModels, listen: ListenSettings, audio: AudioSettings) -> tuple[bool, str]:
+    """Whether the file's wake phrase (after the lead-in) opened a turn, and what that turn heard."""
+    from edge_agent.listen import Heard as HeardText
+    from edge_agent.listen import Woke, hearing_loop
+
+    assert models.wake is not None
+    models.wake.reset()
+    turn, heard = None, ""
+    for event in hearing_loop("wake", listen, models, open_microphone(audio, source=open_source(audio))):
+        if isinstance(event, Woke) and turn is None and event.detection.time >= LEAD_S - 0.5:
+            turn = event.conversation_id
+        elif isinstance(event, HeardText) and turn is not None and event.conversation_id == turn:
+            heard = event.transcript.text
+    return turn is not None, heard
+
+
 def near_misses(directory: Path, settings: Settings, seed: int) -> dict[str, Any]:
     """Wakes of every built-in model on other words said by people: per word, condition and model,
     the clips it woke on at its cutoff (and, per model, its highest windowed probability)."""
@@ -588,6 +686,12 @@ def report_lines(result: dict[str, Any]) -> list[str]:
             dry, room = (row[c] for c in NEAR_CONDITIONS)
             woke = ", ".join(f"{m} {dry[m]}/{room[m]}" for m in dry)
             lines.append(f"  {word:14s} ({row['clips']} clips) {woke}")
+    if "commands" in result:
+        lines.append(f"commands ({result['commands']['commands']} from {result['commands']['dir']}) after "
+                     "the wake phrase: turns opened / WER / words heard:")
+        for cond, rows in result["commands"]["conditions"].items():
+            for key, row in rows.items():
+                lines.append(f"  {cond:22s} {key:22s} {row['opened']} / {row['wer']} / {row['words_heard']}")
     if "false_wakes" in result:
         fw = result["false_wakes"]
         lines.append(f"false wakes, {fw['scenes']} scenes of other words ({fw.get('hours', 0)} h), "
