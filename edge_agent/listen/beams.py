@@ -44,9 +44,10 @@ class WakeBank:
         self.beamformer = beamformer
         beams = beamformer.open_bank()
         refractory_s = engine.refractory / SAMPLE_RATE
-        # Each beam at the model's own cutoff: a cutoff raised for the beams (0.9 for alexa's 0.85)
+        # Each beam at the model's own cutoff. A cutoff raised for the beams (0.9 for alexa's 0.85)
         # gave back most of what they find with two microphones (0.71 against 0.79 of held-out
-        # people under three other talkers) for about one false wake an hour fewer (docs/listening.md).
+        # people under three other talkers) for 0.6 false wakes an hour fewer in that babble
+        # (1.1 against 1.7; with four microphones 0.87 against 0.89, 1.1 against 2.8 an hour).
         self._beams = [WakeEngine(engine.specs, refractory_s) for _ in range(beams)]
         self._resamplers = [StreamResampler(beamformer.rate, SAMPLE_RATE) for _ in range(beams)]
         self._heard: list[tuple[Detection, int]] = []

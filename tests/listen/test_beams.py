@@ -28,13 +28,13 @@ def real(path: Path) -> np.ndarray:
     return (x * 0.05 / np.sqrt(np.mean(x ** 2))).astype(np.float32)
 
 
-def board(tmp_path: Path, *, dead: bool = False, channels: int = 2) -> Path:
+def board(tmp_path: Path, *, dead: bool = False, channels: int = 2, step: int = 2) -> Path:
     """A real person saying "Alexa", then another asking the time, on a board's microphones: the
-    talker reaches each two samples later than the one before (off to one side), a little noise on
-    each."""
+    talker reaches each `step` samples later than the one before (2: off to one side; more than a
+    58 mm pair allows: channels out of step), a little noise on each."""
     x = np.concatenate([silence(0.5), real(TALKER), silence(0.4), real(COMMAND), silence(1.0)])
     rng = np.random.default_rng(3)
-    late = [np.concatenate([np.zeros(2 * c, np.float32), x[:x.size - 2 * c]]) for c in range(channels)]
+    late = [np.concatenate([np.zeros(step * c, np.float32), x[:x.size - step * c]]) for c in range(channels)]
     frames = np.stack(late, axis=1) + rng.standard_normal((x.size, channels)).astype(np.float32) * 0.002
     if dead:
         frames[:, 1] = 0.0
@@ -75,6 +75,14 @@ def test_with_a_dead_channel_the_bank_hears_the_live_one(tmp_path):
     times, wake, beamformer = hear(board(tmp_path, dead=True), "respeaker_2mic")
     assert isinstance(wake, WakeBank) and len(times) == 1
     assert beamformer is not None and "channel 1 is dead" in str(beamformer.problem)
+
+
+def test_channels_out_of_step_still_wake_once(tmp_path):
+    # Six samples: no fixed beam points that way (a 58 mm pair's sound arrives at most 2.7 apart), the
+    # steered output aligns them.
+    times, wake, beamformer = hear(board(tmp_path, step=6), "respeaker_2mic")
+    assert isinstance(wake, WakeBank) and len(times) == 1
+    assert beamformer is not None and beamformer.problem is None
 
 
 def test_a_channel_count_the_geometry_lacks_has_no_bank_and_still_wakes(tmp_path):
