@@ -432,7 +432,8 @@ def test_an_hour_of_flac_silence_that_hides_its_length_is_refused_with_the_peak_
 
 def test_a_finished_timer_ducks_the_track_while_its_chime_plays(
         device: Daemon, media: MediaServer, tmp_path: Path) -> None:
-    media.encoded("tone.flac", _tone(4.0), RATE, "FLAC")
+    # Long enough to outlast the chime's synthesis on a loaded machine (the test stops it).
+    media.encoded("tone.flac", _tone(30.0), RATE, "FLAC")
     player = _player(device)
 
     async def scenario() -> None:
