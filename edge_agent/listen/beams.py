@@ -116,6 +116,8 @@ def heard_by(engine: WakeEngine, microphone: Microphone) -> WakeEngine | WakeBan
     """`engine`, or a bank around it where `microphone`'s array is steered by the wake word and has
     fixed beams to hear (not with a channel count its geometry lacks)."""
     beamformer = microphone.beamformer
+    if beamformer is not None and not microphone.steer_by_wake:
+        beamformer.tap = None  # a bank an earlier loop opened on a source kept across loops
     if not microphone.steer_by_wake or beamformer is None:
         return engine
     bank = WakeBank(engine, beamformer)
