@@ -94,3 +94,16 @@ def test_a_channel_count_the_geometry_lacks_has_no_bank_and_still_wakes(tmp_path
 def test_refused_steering_is_a_clear_error():
     with pytest.raises(ValueError, match="steering: 'beam' is not track or wake"):
         AudioSettings(mic_geometry="respeaker_2mic", steering="beam")
+
+
+def test_a_loop_steered_alone_takes_the_tap_off_a_bank_left_on_a_kept_source(tmp_path):
+    from edge_agent.audio.sources import WavFileSource
+    from edge_agent.listen.microphone import Microphone
+
+    source = WavFileSource(board(tmp_path), mic_geometry="respeaker_2mic")
+    engine = WakeEngine.load(WakeSettings(models=("alexa",)))
+    bank = heard_by(engine, Microphone(source, source, steer_by_wake=True))
+    assert isinstance(bank, WakeBank) and source.mixer is not None and source.mixer.tap == bank.hear
+    assert heard_by(engine, Microphone(source, source, steer_by_wake=False)) is engine
+    assert source.mixer.tap is None
+    source.close()
