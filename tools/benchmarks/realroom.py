@@ -81,7 +81,8 @@ RT60 = 0.45
 LEAD_S, TAIL_S = 2.0, 1.5
 BOARDS: dict[int, str | None] = {1: None, 2: "respeaker_2mic", 4: "respeaker_4mic"}
 """Microphones -> the board's geometry (one microphone: the boards' centre)."""
-ARRAYS: dict[str, tuple[int, str | None, str, str]] = {
+Array = tuple[int, str | None, str, str]
+ARRAYS: dict[str, Array] = {
     "1 mic": (1, None, "superdirective", "track"),
     "2 mic averaged": (2, None, "superdirective", "track"),
     "2 mic delay-sum": (2, "respeaker_2mic", "delay_sum", "track"),
@@ -268,13 +269,33 @@ def scene_parts(room: ArrayRoom, clip: Samples, where: int, cond: str, pool: lis
     return out, mic
 
 
+def heard_as(audio: AudioSettings, array: Array, front_end: str) -> AudioSettings:
+    """`audio` as `array` is heard through `front_end` (no echo canceller: a scene plays nothing)."""
+    count, geometry, method, steering = array
+    return replace(audio, input_channels=count, mic_geometry=geometry, beamformer=method, steering=steering,
+                   echo_cancel=False, **FRONT_ENDS[front_end])
+
+
+def device_arrays(arrays: dict[str, Array]) -> dict[str, Array]:
+    """One microphone and the boards' superdirective beams, tracked and wake-steered (averaging and
+    delay-and-sum are left out: they hear no better than the one microphone they resemble)."""
+    return {key: array for key, array in arrays.items()
+            if array[0] == 1 or (array[1] is not None and array[2] == "superdirective")}
+
+
+def level(clip: Samples) -> Samples:
+    """`clip` at the talkers' speech level (two people's recordings said as one talker's)."""
+    out: Samples = (clip * np.float32(SPEECH_RMS / max(speech_rms(clip), 1e-9))).astype(np.float32)
+    return out
+
+
 def one_voice(n: int, pool: list[Samples], rng: np.random.Generator) -> Samples:
     """One talker's speech, a clip after another with a short pause, from a random place in it, at
     one level (the talkers are as loud as each other)."""
     parts, size = [], 0
     while size < n + RATE * 4:
         clip = pool[int(rng.integers(len(pool)))]
-        clip = clip * np.float32(SPEECH_RMS / max(speech_rms(clip), 1e-9))
+        clip = level(clip)
         parts += [clip, np.zeros(RATE // 4, dtype=np.float32)]
         size += clip.size + RATE // 4
     joined = np.concatenate(parts)
@@ -324,7 +345,7 @@ class Ears:
 
 
 @dataclass(frozen=True)
-class Heard:
+class SceneHeard:
     """One scene heard as the device hears it."""
 
     woke: bool
@@ -341,7 +362,7 @@ class Heard:
 
 
 def hear(path: Path, settings: Settings, ears: Ears, model: str, after_s: float, *,
-         denoiser: Path | None) -> Heard:
+         denoiser: Path | None) -> SceneHeard:
     """The file heard as `listen --input F --front-end` hears it (with RNNoise after the front end
     where `denoiser` names its library)."""
     source = open_source(replace(settings.audio, input_file=path))
@@ -367,7 +388,7 @@ def hear(path: Path, settings: Settings, ears: Ears, model: str, after_s: float,
         rnnoise.close()
     mixer = getattr(source, "mixer", None)
     heard.close()
-    return Heard(woke, wakes, peak, cpu, samples / RATE, getattr(mixer, "problem", None))
+    return SceneHeard(woke, wakes, peak, cpu, samples / RATE, getattr(mixer, "problem", None))
 
 
 def chosen(args: argparse.Namespace) -> tuple[list[str], list[str], list[str]]:
@@ -419,18 +440,14 @@ def run_real(ctx: Context, args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
         wav = Path(tmp) / "scene.wav"
         for cond in conditions:
-            for key, (count, geometry, method, steering) in arrays.items() if cond != "dry" else [
-                    ("1 mic", ARRAYS["1 mic"])]:
+            for key, array in arrays.items() if cond != "dry" else [("1 mic", ARRAYS["1 mic"])]:
                 for fe in front_ends:
-                    s = replace(settings, audio=replace(settings.audio, input_channels=count,
-                                                        mic_geometry=geometry, beamformer=method,
-                                                        steering=steering, echo_cancel=False,
-                                                        **FRONT_ENDS[fe]))
+                    s = replace(settings, audio=heard_as(settings.audio, array, fe))
                     found = 0
                     peaks: dict[int, list[float]] = {w: [] for w in WINDOW_GRID}
                     for i, (_, clip) in enumerate(clips):
                         scene_rng = np.random.default_rng([args.seed, list(CONDITIONS).index(cond), i])
-                        frames = scene(room, clip, i, cond, pool, count=count, rng=scene_rng)
+                        frames = scene(room, clip, i, cond, pool, count=array[0], rng=scene_rng)
                         write_channels(wav, frames)
                         heard = hear(wav, s, ears, args.model, LEAD_S - 0.5,
                                      denoiser=rnnoise if fe == "rnnoise" else None)
@@ -444,7 +461,7 @@ def run_real(ctx: Context, args: argparse.Namespace) -> int:
                             cpu.setdefault(f"{key} {fe}", []).extend([heard.cpu_s, heard.seconds])
                     rate = round(found / len(clips), 3)
                     result["detected"].setdefault(cond, {}).setdefault(key, {})[fe] = rate
-                    if args.sweep and steering == "track":  # the raw probabilities are one stream's
+                    if args.sweep and array[3] == "track":  # the raw probabilities are one stream's
                         result["sweep"]["detected"].setdefault(cond, {}).setdefault(key, {})[fe] = {
                             str(w): [round(float(np.mean(np.array(v) > c)), 3) for c in CUTOFF_GRID]
                             for w, v in peaks.items()}
@@ -518,25 +535,20 @@ FALSE_WAKE_CONDITION = "three talkers 10 dB"
 
 
 def false_wakes(directory: Path, settings: Settings, ears: Ears, *, model: str,
-                arrays: dict[str, tuple[int, str | None, str, str]], room: ArrayRoom, pool: list[Samples],
+                arrays: dict[str, Array], room: ArrayRoom, pool: list[Samples],
                 seed: int) -> dict[str, Any]:
     """`--false-wakes DIR`: every other clip of each word (a subfolder each) said in the room under
     three other talkers at 10 dB, heard by each array, front end off: `model`'s wakes anywhere in
     the scene at its cutoff, an hour, and the scenes it would have woken in at each cutoff of the
-    sweep's grid (from its highest windowed probability on any beam). The arrays are one microphone
-    and the boards' superdirective beams, tracked and wake-steered (averaging and delay-and-sum are
-    left out: they wake on no more than the one microphone they resemble)."""
+    sweep's grid (from its highest windowed probability on any beam), for `device_arrays`."""
     scenes = [clip for folder in word_folders(directory, "--false-wakes")
               for clip in [c for _, c in read_folder(folder)[0]][::2]]
     out: dict[str, Any] = {"scenes": len(scenes), "condition": FALSE_WAKE_CONDITION, "arrays": {}}
     with tempfile.TemporaryDirectory(prefix="bench-false-") as tmp:
         wav = Path(tmp) / "scene.wav"
-        for key, (count, geometry, method, steering) in arrays.items():
-            if count > 1 and (geometry is None or method != "superdirective"):
-                continue
-            s = replace(settings, audio=replace(settings.audio, input_channels=count, mic_geometry=geometry,
-                                                beamformer=method, steering=steering, echo_cancel=False,
-                                                **FRONT_ENDS["off"]))
+        for key, array in device_arrays(arrays).items():
+            count = array[0]
+            s = replace(settings, audio=heard_as(settings.audio, array, "off"))
             wakes, seconds, peaks = 0, 0.0, []
             for i, clip in enumerate(scenes):
                 rng = np.random.default_rng([seed, len(CONDITIONS), i])
@@ -559,7 +571,7 @@ COMMAND_PAUSE_S = 0.4
 
 
 def commands_heard(ctx: Context, args: argparse.Namespace, *, clips: list[tuple[str, Samples]],
-                   arrays: dict[str, tuple[int, str | None, str, str]], room: ArrayRoom,
+                   arrays: dict[str, Array], room: ArrayRoom,
                    pool: list[Samples]) -> dict[str, Any]:
     """`--real-commands DIR`: each recorded command (what is said: the folder's `references.json`, else the
     file's name) said after one of the wake clips (in turn, another person's voice from the same
@@ -592,11 +604,9 @@ def commands_heard(ctx: Context, args: argparse.Namespace, *, clips: list[tuple[
     with tempfile.TemporaryDirectory(prefix="bench-commands-") as tmp:
         wav = Path(tmp) / "scene.wav"
         for cond in COMMAND_CONDITIONS:
-            for key, (count, geometry, method, steering) in arrays.items():
-                if count > 1 and (geometry is None or method != "superdirective"):
-                    continue
-                audio = replace(settings.audio, input_file=wav, input_channels=count, mic_geometry=geometry,
-                                beamformer=method, steering=steering, echo_cancel=False, **FRONT_ENDS["off"])
+            for key, array in device_arrays(arrays).items():
+                count = array[0]
+                audio = replace(heard_as(settings.audio, array, "off"), input_file=wav)
                 opened, refs, hyps, got, of = 0, [], [], 0, 0
                 pause = np.zeros(round(COMMAND_PAUSE_S * RATE), np.float32)
                 for i, (text, command) in enumerate(said):
@@ -619,16 +629,9 @@ def commands_heard(ctx: Context, args: argparse.Namespace, *, clips: list[tuple[
     return out
 
 
-def level(clip: Samples) -> Samples:
-    """`clip` at the talkers' speech level (two people's recordings said as one talker's)."""
-    out: Samples = (clip * np.float32(SPEECH_RMS / max(speech_rms(clip), 1e-9))).astype(np.float32)
-    return out
-
-
 def command_turn(models: HearingModels, listen: ListenSettings, audio: AudioSettings) -> tuple[bool, str]:
     """Whether the file's wake phrase (after the lead-in) opened a turn, and what that turn heard."""
-    from edge_agent.listen import Heard as HeardText
-    from edge_agent.listen import Woke, hearing_loop
+    from edge_agent.listen import Heard, Woke, hearing_loop
 
     assert models.wake is not None
     models.wake.reset()
@@ -636,7 +639,7 @@ def command_turn(models: HearingModels, listen: ListenSettings, audio: AudioSett
     for event in hearing_loop("wake", listen, models, open_microphone(audio, source=open_source(audio))):
         if isinstance(event, Woke) and turn is None and event.detection.time >= LEAD_S - 0.5:
             turn = event.conversation_id
-        elif isinstance(event, HeardText) and turn is not None and event.conversation_id == turn:
+        elif isinstance(event, Heard) and turn is not None and event.conversation_id == turn:
             heard = event.transcript.text
     return turn is not None, heard
 
